@@ -1,0 +1,207 @@
+"""Messages between the runner process and its views: events out, commands in.
+
+One JSON object per line over a pipe. Everything here is plain data so that the UI side can read
+it without importing torch, and a recorded stream can be replayed into the TUI in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+
+def _clean(value: Any) -> Any:
+    # JSON has no NaN/inf; keep them readable as strings and restore them on the way in.
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"__float__": repr(value)}
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _restore(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"__float__"}:
+            return float(value["__float__"])
+        return {k: _restore(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every event and command; `kind` tags it on the wire."""
+
+    kind: ClassVar[str] = ""
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, **_clean(asdict(self))}, allow_nan=False)
+
+
+# ------------------------------------------------------------------ events (runner -> views)
+
+
+@dataclass(frozen=True)
+class RunnerReady(Message):
+    """The task loaded and the data is usable; carries the environment and dataset facts."""
+
+    kind: ClassVar[str] = "ready"
+    pid: int
+    environment: dict[str, Any]
+    dataset: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BadInput(Message):
+    """The campaign cannot run as declared (task file, factory, empty data): exit code 2."""
+
+    kind: ClassVar[str] = "bad_input"
+    message: str
+
+
+@dataclass(frozen=True)
+class PhaseStarted(Message):
+    """A phase began with these input parameters."""
+
+    kind: ClassVar[str] = "phase_started"
+    step: str
+    phase: str
+    variant: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PhaseProgress(Message):
+    """Work done inside a long phase; `loss` is the latest finite training loss, if any."""
+
+    kind: ClassVar[str] = "phase_progress"
+    step: str
+    done: int
+    total: int
+    loss: float | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PhaseFinished(Message):
+    """A phase ended; `row` is exactly what the record keeps for it."""
+
+    kind: ClassVar[str] = "phase_finished"
+    step: str
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Counters(Message):
+    """A sample of the runner's own memory counters (allocator on CUDA, process RSS on CPU)."""
+
+    kind: ClassVar[str] = "counters"
+    time: float
+    device: str
+    values: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RecordUpdate(Message):
+    """Extra record content a phase produced beside its row (e.g. `variants`, `runs`, `artifacts`)."""
+
+    kind: ClassVar[str] = "record_update"
+    section: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class RunUpdate(Message):
+    """Live point of an LR run for the board: a training loss, and a validation loss when taken."""
+
+    kind: ClassVar[str] = "run_update"
+    run_id: str
+    update: int
+    loss: float
+    validation: float | None = None
+    status: str = "running"
+
+
+@dataclass(frozen=True)
+class RunnerError(Message):
+    """A command failed outside any phase (a bug or an unknown command); the runner goes on."""
+
+    kind: ClassVar[str] = "runner_error"
+    message: str
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class Idle(Message):
+    """The runner finished a command and waits for the next."""
+
+    kind: ClassVar[str] = "idle"
+
+
+# ------------------------------------------------------------------ commands (views -> runner)
+
+
+@dataclass(frozen=True)
+class OpenCampaign(Message):
+    """Load the task of this campaign file and report RunnerReady or BadInput."""
+
+    kind: ClassVar[str] = "open"
+    spec_path: str
+    work_dir: str
+
+
+@dataclass(frozen=True)
+class RunStep(Message):
+    """Run one step of the campaign's plan; `overrides` change its inputs (a new variant)."""
+
+    kind: ClassVar[str] = "run"
+    step: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cancel(Message):
+    """Stop the running phase at the next safe point; it ends with verdict fail, reason cancelled."""
+
+    kind: ClassVar[str] = "cancel"
+
+
+@dataclass(frozen=True)
+class Shutdown(Message):
+    """Exit the runner process."""
+
+    kind: ClassVar[str] = "shutdown"
+
+
+_TYPES: dict[str, type[Message]] = {
+    cls.kind: cls
+    for cls in (
+        RunnerReady,
+        BadInput,
+        PhaseStarted,
+        PhaseProgress,
+        PhaseFinished,
+        Counters,
+        RecordUpdate,
+        RunUpdate,
+        RunnerError,
+        Idle,
+        OpenCampaign,
+        RunStep,
+        Cancel,
+        Shutdown,
+    )
+}
+
+
+def decode(line: str) -> Message:
+    """Parse one wire line back into its message class."""
+    data = _restore(json.loads(line))
+    cls = _TYPES[data.pop("kind")]
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})

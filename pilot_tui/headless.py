@@ -1,0 +1,103 @@
+"""The headless view: run every step in order, one line per phase, a progress bar on long ones."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from .events import Message, PhaseFinished, PhaseProgress, RunnerError
+from .session import Session
+
+MARKS = {"pass": "✓", "warn": "!", "fail": "✗"}
+
+
+def memory_summary(memory: dict[str, float]) -> str:
+    """Allocated and reserved are shown side by side, never summed (R6)."""
+    if "peak_reserved_mb" in memory:
+        return (
+            f"peak alloc {memory['peak_allocated_mb']:.0f} MiB · "
+            f"peak reserved {memory['peak_reserved_mb']:.0f} MiB"
+        )
+    if "peak_rss_mb" in memory:
+        return f"peak RSS {memory['peak_rss_mb']:.0f} MiB"
+    return "no memory reading"
+
+
+def phase_line(row: dict) -> str:
+    label = row["step"]
+    return (
+        f"{MARKS.get(row['verdict'], '?')} {row['verdict']:<4}  {label:<26} {row['duration_s']:8.2f} s  "
+        f"{memory_summary(row.get('memory', {})):<40}  {row.get('reason', '')}"
+    )
+
+
+class ProgressBar:
+    """A one-line bar redrawn in place, only on a terminal (logs stay clean)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.visible = False
+
+    def show(self, ev: PhaseProgress) -> None:
+        if not self.enabled or ev.total <= 0:
+            return
+        width = 30
+        filled = int(width * ev.done / ev.total)
+        loss = f" loss {ev.loss:.4f}" if ev.loss is not None else ""
+        self.stream.write(
+            f"\r  {ev.step:<24} [{'#' * filled}{'.' * (width - filled)}] {ev.done}/{ev.total}{loss}"
+        )
+        self.stream.flush()
+        self.visible = True
+
+    def clear(self) -> None:
+        if self.visible:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self.visible = False
+
+
+def run_headless(session: Session, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Exit 0 when every gate passes (warnings included), 1 when one fails."""
+    ready = session.start()
+    assert session.record is not None
+    acc = session.record.data["accounting"]
+    print(f"pilot-tui · campaign {session.spec.campaign.name} · record {session.record.path}", file=out)
+    print(
+        f"  device {ready.environment['device']} · torch {ready.environment['torch']} · "
+        f"splits {ready.dataset['splits']}",
+        file=out,
+    )
+    print(
+        f"  effective batch {acc['microbatch']} × {acc['accumulation']} × {acc['replicas']} = "
+        f"{acc['effective_batch']} · {acc['note']}",
+        file=out,
+        flush=True,
+    )
+    bar = ProgressBar(err)
+    failed = 0
+    try:
+        for step in session.steps:
+            for ev in session.run_step(step.key):
+                failed += _show(ev, bar, out, err)
+    finally:
+        bar.clear()
+        session.close()
+    verdict = "FAIL" if failed else "PASS"
+    print(f"{verdict}: {failed} failed gate(s) · record {session.record.path}", file=out, flush=True)
+    return 1 if failed else 0
+
+
+def _show(ev: Message, bar: ProgressBar, out: TextIO, err: TextIO) -> int:
+    if isinstance(ev, PhaseProgress):
+        bar.show(ev)
+    elif isinstance(ev, PhaseFinished):
+        bar.clear()
+        # Printed only after the record holding this row is on disk.
+        print(phase_line(ev.row), file=out, flush=True)
+        return int(ev.row["verdict"] == "fail")
+    elif isinstance(ev, RunnerError):
+        bar.clear()
+        print(f"runner error: {ev.message}", file=err, flush=True)
+    return 0

@@ -1,0 +1,147 @@
+"""The campaign record: the only state that lasts.
+
+A TOML file rewritten *atomically* after every phase (temp file in the same folder, fsync,
+os.replace, fsync the folder), so a crash, an out-of-memory or a SIGKILL at any moment leaves
+either the previous complete record or the new one, never a torn file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+SCHEMA_VERSION = 1
+# Sections that hold lists of tables, appended to and never overwritten.
+LIST_SECTIONS = ("phases", "variants", "runs", "artifacts", "notes")
+
+
+class RecordError(Exception):
+    """A record file that cannot be read; the message names the file."""
+
+
+def _toml_safe(value: Any) -> Any:
+    # TOML has no null: drop None rather than invent a value.
+    if isinstance(value, dict):
+        return {str(k): _toml_safe(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_toml_safe(v) for v in value if v is not None]
+    return value
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that readers see the old file or the new one, nothing else."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The pid in the name lets the next start sweep temp files of a writer that was killed.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600; a record is meant to be shared
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    # The rename itself must reach the disk, or a power cut can bring the old name back.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def dumps(data: dict[str, Any]) -> str:
+    return tomli_w.dumps(_toml_safe(data))
+
+
+def new_record_id(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class Record:
+    """An in-memory campaign record bound to its file; `save()` writes it atomically."""
+
+    def __init__(self, path: Path, data: dict[str, Any], read_only: bool = False) -> None:
+        self.path = path
+        self.data = data
+        self.read_only = read_only
+
+    @classmethod
+    def create(
+        cls,
+        records_dir: Path,
+        *,
+        record_id: str,
+        name: str,
+        spec_path: Path,
+        spec_text: str,
+        spec_sha256: str,
+        spec_raw: dict[str, Any],
+        environment: dict[str, Any],
+        accounting: dict[str, Any],
+        dataset: dict[str, Any],
+    ) -> Record:
+        data: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "campaign": {
+                "name": name,
+                "id": record_id,
+                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "spec_path": str(spec_path),
+                "spec_sha256": spec_sha256,
+                "spec_text": spec_text,
+                "spec": spec_raw,
+            },
+            "environment": environment,
+            "accounting": accounting,
+            "dataset": dataset,
+            "phases": [],
+        }
+        return cls(records_dir / f"{name}-{record_id}.toml", data)
+
+    @classmethod
+    def read(cls, path: str | Path) -> Record:
+        """Open a saved record read-only (R20)."""
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RecordError(f"{p}: record not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise RecordError(f"{p}: not a valid TOML record: {exc}") from None
+        if "campaign" not in data or "phases" not in data:
+            raise RecordError(f"{p}: not a pilot-tui record (no [campaign] or [[phases]])")
+        return cls(p, data, read_only=True)
+
+    @property
+    def id(self) -> str:
+        return str(self.data["campaign"]["id"])
+
+    @property
+    def phases(self) -> list[dict[str, Any]]:
+        return self.data.setdefault("phases", [])
+
+    def append(self, section: str, row: dict[str, Any]) -> None:
+        """Add a row to a list section; existing rows are never replaced (R14)."""
+        self.data.setdefault(section, []).append(row)
+
+    def set_section(self, section: str, value: Any) -> None:
+        """Set a whole non-list section (e.g. `plan`, `conclusion`)."""
+        if section in LIST_SECTIONS:
+            raise ValueError(f"[{section}] only grows by append")
+        self.data[section] = value
+
+    def save(self) -> Path:
+        if self.read_only:
+            raise RecordError(f"{self.path}: opened read-only")
+        write_atomic(self.path, dumps(self.data))
+        return self.path

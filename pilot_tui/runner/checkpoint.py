@@ -1,0 +1,102 @@
+"""Training checkpoints and inference exports, written atomically and loaded safely (R15-R17).
+
+Everything saved is plain tensors and numbers, so `torch.load(..., weights_only=True)` reads it;
+there is no fallback to unpickling, ever.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .training import TrainState
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o644)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def rng_state() -> dict[str, Any]:
+    py = random.getstate()
+    state: dict[str, Any] = {
+        # Python's Mersenne state as a tensor: weights_only can hold tensors, ints and lists.
+        "python_version": py[0],
+        "python_state": torch.tensor(py[1], dtype=torch.int64),
+        "python_gauss": py[2] if py[2] is not None else float("nan"),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    gauss = state["python_gauss"]
+    random.setstate(
+        (
+            int(state["python_version"]),
+            tuple(int(x) for x in state["python_state"].tolist()),
+            None if gauss != gauss else gauss,
+        )
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def training_state(state: TrainState) -> dict[str, Any]:
+    return {
+        "model": state.model.state_dict(),
+        "optimizer": state.optimizer.state_dict(),
+        "scheduler": state.scheduler.state_dict(),
+        "scaler": state.scaler.state_dict(),
+        "rng": rng_state(),
+        "data": state.sampler.state_dict(),
+        "step": state.step,
+    }
+
+
+def save_training_state(state: TrainState, path: Path) -> None:
+    _atomic(path, lambda tmp: torch.save(training_state(state), tmp))
+
+
+def load_training_state(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Safe load only: a file holding anything but tensors and plain data is refused."""
+    return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def restore_training_state(state: TrainState, saved: dict[str, Any]) -> None:
+    state.model.load_state_dict(saved["model"])
+    state.optimizer.load_state_dict(saved["optimizer"])
+    state.scheduler.load_state_dict(saved["scheduler"])
+    state.scaler.load_state_dict(saved["scaler"])
+    state.sampler.load_state_dict(saved["data"])
+    state.step = int(saved["step"])
+    set_rng_state(saved["rng"])
+
+
+def export_weights(model: torch.nn.Module, path: Path) -> dict[str, torch.Tensor]:
+    tensors = {k: v.detach().contiguous().cpu().clone() for k, v in model.state_dict().items()}
+    _atomic(path, lambda tmp: save_file(tensors, tmp))
+    return tensors
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path))

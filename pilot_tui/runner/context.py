@@ -1,0 +1,166 @@
+"""What every phase sees: the spec, the task, the device, the splits and the training states."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..accounting import account
+from ..events import Message, PhaseProgress
+from ..spec import LoadedSpec, VariantSpec
+from ..splits import field_split, group_split
+from ..tasks.contract import Task
+from .training import TrainConfig, TrainState, build_state
+
+
+class Cancelled(Exception):
+    """The user cancelled the running phase."""
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("batch.device = 'cuda' but no CUDA device is available")
+    if requested == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", 0)
+
+
+@dataclass
+class RunContext:
+    loaded: LoadedSpec
+    task: Task
+    device: torch.device
+    emit: Callable[[Message], None]
+    work_dir: Path
+    cancel: threading.Event = field(default_factory=threading.Event)
+    states: dict[str, TrainState] = field(default_factory=dict)
+    # Things a phase leaves for later phases (e.g. control outputs before save).
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s = self.loaded.spec
+        if s.split.field:
+            self.splits = field_split(self.task.examples, s.split.field)
+        else:
+            ratios = {"train": s.split.train, "validation": s.split.validation, "test": s.split.test}
+            self.splits = group_split(
+                self.task.examples, self.group_key, ratios, s.split.seed, by_time=s.task.group_kind == "time"
+            )
+        self._last_progress = 0.0
+
+    @property
+    def spec(self):
+        return self.loaded.spec
+
+    @property
+    def group_key(self) -> str:
+        return self.spec.task.group_key or self.task.group_key
+
+    @property
+    def max_length(self) -> int:
+        return self.spec.batch.max_length or self.task.default_max_length
+
+    def accounting(self, microbatch: int | None = None, accumulation: int | None = None) -> dict[str, Any]:
+        b = self.spec.batch
+        return account(
+            microbatch=microbatch or b.microbatch,
+            accumulation=accumulation or b.accumulation,
+            replicas=b.replicas,
+            dataset_size=len(self.splits["train"]),
+            hold=b.hold,
+            updates=b.updates,
+            epochs=b.epochs,
+            drop_last=b.drop_last,
+        ).as_dict()
+
+    def variant_spec(self, variant: str) -> VariantSpec:
+        if variant == "control":
+            return VariantSpec(id="control")
+        for v in self.spec.variants:
+            if v.id == variant:
+                return v
+        # A variant made on the fly (the TUI's `v`): its overrides carry every change.
+        return VariantSpec(id=variant)
+
+    def config(self, variant: str = "control", overrides: dict[str, Any] | None = None) -> TrainConfig:
+        """The control's configuration with the variant's (and the overrides') changes applied.
+
+        A smaller microbatch without a declared accumulation raises the accumulation so the
+        effective batch stays the control's, and the row says so (R11).
+        """
+        b, v = self.spec.batch, self.variant_spec(variant)
+        ov = dict(overrides or {})
+        microbatch = int(ov.get("microbatch") or v.microbatch or b.microbatch)
+        accumulation = int(ov.get("accumulation") or v.accumulation or 0)
+        notes = []
+        if not accumulation:
+            if microbatch != b.microbatch and (b.microbatch * b.accumulation) % microbatch == 0:
+                accumulation = b.microbatch * b.accumulation // microbatch
+                notes.append(
+                    f"accumulation {b.accumulation} -> {accumulation} keeps the effective batch "
+                    f"{b.microbatch * b.accumulation * b.replicas}"
+                )
+            else:
+                accumulation = b.accumulation
+        ckpt = ov.get("activation_checkpointing", v.activation_checkpointing)
+        acc = self.accounting(microbatch, accumulation)
+        cfg = TrainConfig(
+            variant=variant,
+            microbatch=microbatch,
+            accumulation=accumulation,
+            replicas=b.replicas,
+            max_length=int(ov.get("max_length") or v.max_length or self.max_length),
+            precision=str(ov.get("precision") or v.precision or b.precision),
+            activation_checkpointing=bool(b.activation_checkpointing if ckpt is None else ckpt),
+            lr=float(ov.get("lr") or self.spec.optim.lr),
+            seed=int(ov.get("seed", self.spec.optim.seed)),
+            total_updates=int(acc["updates"]),
+            notes=tuple(notes),
+        )
+        return cfg
+
+    def new_state(self, config: TrainConfig) -> TrainState:
+        o = self.spec.optim
+        return build_state(
+            self.task,
+            config,
+            self.splits["train"],
+            self.device,
+            weight_decay=o.weight_decay,
+            warmup=o.warmup_updates,
+            schedule=o.schedule,
+            drop_last=self.spec.batch.drop_last,
+            data_seed=self.spec.split.seed + config.seed,
+        )
+
+    def state(self, variant: str, config: TrainConfig | None = None) -> TrainState:
+        """The variant's training state, built fresh (same seed) the first time it is needed."""
+        config = config or self.config(variant)
+        current = self.states.get(variant)
+        if current is None or current.config != config:
+            self.states.pop(variant, None)
+            current = self.states[variant] = self.new_state(config)
+        return current
+
+    def with_config(self, variant: str, **changes: Any) -> TrainConfig:
+        return replace(self.config(variant), **changes)
+
+    def check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled()
+
+    def progress(
+        self, step: str, done: int, total: int, loss: float | None = None, message: str = ""
+    ) -> None:
+        """Throttled to ~10 events a second; the last one always goes out."""
+        now = time.monotonic()
+        if done < total and now - self._last_progress < 0.1:
+            return
+        self._last_progress = now
+        self.emit(PhaseProgress(step=step, done=done, total=total, loss=loss, message=message))

@@ -1,0 +1,187 @@
+"""Runner process entry: `python -m pilot_tui.runner.main`.
+
+Reads commands (JSON lines) on stdin, writes events (JSON lines) on a private copy of stdout.
+Anything else the task prints goes to stderr, so user code can never corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import TextIO
+
+from ..events import (
+    BadInput,
+    Cancel,
+    Counters,
+    Idle,
+    Message,
+    OpenCampaign,
+    RunnerError,
+    RunnerReady,
+    RunStep,
+    Shutdown,
+    decode,
+)
+
+COUNTER_PERIOD_S = 0.5
+
+
+class Channel:
+    """The event pipe; writes from the phase thread and the counters thread never interleave."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def emit(self, message: Message) -> None:
+        line = message.to_json() + "\n"
+        with self.lock:
+            self.stream.write(line)
+            self.stream.flush()
+
+
+def _private_stdout() -> TextIO:
+    proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)  # user prints now land on stderr
+    sys.stdout = sys.stderr
+    return proto
+
+
+def _read_commands(commands: queue.Queue, cancel: threading.Event) -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            msg = decode(line)
+        except Exception as exc:  # a malformed command must not kill the reader
+            commands.put(RunnerError(message=f"bad command: {exc}"))
+            continue
+        if isinstance(msg, Cancel):
+            cancel.set()  # acted on at the phase's next safe point
+        else:
+            commands.put(msg)
+    commands.put(Shutdown())  # stdin closed: the parent is gone
+
+
+def _counters(channel: Channel, ctx_holder: dict, stop: threading.Event) -> None:
+    from .probes import live_counters
+
+    while not stop.wait(COUNTER_PERIOD_S):
+        ctx = ctx_holder.get("ctx")
+        if ctx is None or not ctx_holder.get("busy"):
+            continue
+        try:
+            values = live_counters(ctx.device)
+        except Exception:
+            continue
+        channel.emit(Counters(time=time.time(), device=str(ctx.device), values=values))
+
+
+def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
+    """Load spec and task; report BadInput for anything the user must fix."""
+    from ..spec import SpecError, load_spec
+    from ..tasks.loader import TaskError, load_task
+    from .context import RunContext, pick_device
+    from .environment import describe
+
+    try:
+        loaded = load_spec(cmd.spec_path)
+        task = load_task(loaded)
+        device = pick_device(loaded.spec.batch.device)
+        ctx = RunContext(loaded, task, device, channel.emit, Path(cmd.work_dir), cancel)
+        if not ctx.splits["train"]:
+            raise TaskError(f"{loaded.path}: the train split is empty ({len(task.examples)} examples)")
+        if not ctx.splits["validation"]:
+            raise TaskError(f"{loaded.path}: the validation split is empty ({len(task.examples)} examples)")
+        accounting = ctx.accounting()
+        if accounting["updates_per_epoch"] == 0:
+            raise TaskError(
+                f"{loaded.path}: batch: {len(ctx.splits['train'])} training examples make no complete "
+                f"update of {accounting['effective_batch']} (lower microbatch/accumulation or set drop_last = false)"
+            )
+    except (SpecError, TaskError, ValueError) as exc:
+        channel.emit(BadInput(message=str(exc)))
+        return None
+    dataset = {
+        "task": task.name,
+        "kind": task.kind,
+        "examples": len(task.examples),
+        "group_key": ctx.group_key,
+        "splits": {k: len(v) for k, v in ctx.splits.items()},
+        "max_length": ctx.max_length,
+    }
+    env = describe(device)
+    channel.emit(RunnerReady(pid=os.getpid(), environment=env, dataset=dataset | {"accounting": accounting}))
+    return ctx
+
+
+def _die_with_parent() -> None:
+    # Linux: if the view process is killed, the kernel kills the runner too (no orphan).
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def main() -> int:
+    _die_with_parent()
+    channel = Channel(_private_stdout())
+    commands: queue.Queue = queue.Queue()
+    cancel = threading.Event()
+    threading.Thread(target=_read_commands, args=(commands, cancel), daemon=True, name="commands").start()
+    holder: dict = {}
+    stop = threading.Event()
+    threading.Thread(target=_counters, args=(channel, holder, stop), daemon=True, name="counters").start()
+
+    from ..steps import Step, campaign_steps
+    from .phases import execute
+
+    ctx = None
+    while True:
+        cmd = commands.get()
+        if isinstance(cmd, Shutdown):
+            break
+        try:
+            if isinstance(cmd, RunnerError):
+                channel.emit(cmd)
+            elif isinstance(cmd, OpenCampaign):
+                ctx = holder["ctx"] = _open(cmd, channel, cancel)
+            elif isinstance(cmd, RunStep):
+                if ctx is None:
+                    channel.emit(RunnerError(message="no campaign is open"))
+                else:
+                    steps = {s.key: s for s in campaign_steps(ctx.spec)}
+                    step = steps.get(cmd.step) or _adhoc_step(cmd.step, Step)
+                    holder["busy"] = True
+                    try:
+                        execute(ctx, step, cmd.overrides)
+                    finally:
+                        holder["busy"] = False
+            else:
+                channel.emit(RunnerError(message=f"unexpected command {cmd.kind!r}"))
+        except Exception as exc:
+            channel.emit(
+                RunnerError(message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+            )
+        channel.emit(Idle())
+    stop.set()
+    return 0
+
+
+def _adhoc_step(key: str, step_cls):
+    """A step not in the plan (a new variant made from the TUI): `phase@variant`."""
+    phase, _, variant = key.partition("@")
+    return step_cls(key=key, phase=phase, variant=variant or "control")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""Forward, loss and predictions for the two task kinds, honouring a task's own overrides."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..tasks.contract import CAUSAL_LM, Batch, Task
+
+MODEL_KEYS = ("input_ids", "attention_mask")
+
+
+def forward(task: Task, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    if task.forward is not None:
+        return task.forward(model, batch)
+    if task.kind == CAUSAL_LM:
+        return model(batch["input_ids"], batch.get("attention_mask"))
+    return model(batch["features"])
+
+
+def targets(task: Task, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, labels) aligned one to one; causal LM shifts so position t predicts t + 1."""
+    labels = batch["labels"]
+    if task.kind == CAUSAL_LM:
+        return logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
+    return logits, labels
+
+
+def supervised_count(task: Task, batch: Batch) -> int:
+    """Targets that count in the loss; the update divides by their sum over all microbatches (R9)."""
+    labels = batch["labels"]
+    if task.kind == CAUSAL_LM:
+        labels = labels[:, 1:]
+    return int((labels != task.ignore_index).sum())
+
+
+def loss_sum(task: Task, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Sum (not mean) of per-target losses: normalisation happens once per update."""
+    if task.loss is not None:
+        return task.loss(logits, batch)[0]
+    flat_logits, flat_labels = targets(task, logits, batch)
+    return F.cross_entropy(flat_logits.float(), flat_labels, ignore_index=task.ignore_index, reduction="sum")
+
+
+def recovered(task: Task, logits: torch.Tensor, batch: Batch) -> tuple[int, int]:
+    """(targets whose argmax equals the label, supervised targets)."""
+    flat_logits, flat_labels = targets(task, logits, batch)
+    keep = flat_labels != task.ignore_index
+    hits = (flat_logits.argmax(-1) == flat_labels) & keep
+    return int(hits.sum()), int(keep.sum())

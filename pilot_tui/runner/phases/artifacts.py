@@ -1,0 +1,64 @@
+"""`save` (full training checkpoint) and `export` (inference weights in safetensors)."""
+
+from __future__ import annotations
+
+import torch
+
+from ...events import RecordUpdate
+from ...hashing import artifact_entry
+from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
+from ..context import RunContext
+from .base import Outcome, PhaseFailure, PhaseRun, phase
+
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
+
+
+def _record_artifact(ctx: RunContext, entry: dict) -> None:
+    ctx.emit(RecordUpdate(section="artifacts", value=entry))
+
+
+@phase("save")
+def save(ctx: RunContext, run: PhaseRun) -> Outcome:
+    variant = run.step.variant
+    state = ctx.state(variant, ctx.config(variant, run.overrides))
+    path = ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt"
+    save_training_state(state, path)
+    entry = artifact_entry(path, "training_checkpoint", phase="save", variant=variant, step=state.step)
+    _record_artifact(ctx, entry)
+    # The save is only as good as its reload: read it back with the safe rules (R17).
+    saved = load_training_state(path)
+    missing = [k for k in CHECKPOINT_KEYS if k not in saved]
+    if missing:
+        raise PhaseFailure(f"checkpoint lacks {', '.join(missing)}", {"artifact": entry})
+    same = all(torch.equal(saved["model"][k], v.cpu()) for k, v in state.model.state_dict().items())
+    if not same:
+        raise PhaseFailure("reloaded checkpoint weights differ from the saved model", {"artifact": entry})
+    return Outcome(
+        details={
+            "artifact": entry,
+            "contents": list(CHECKPOINT_KEYS),
+            "step": state.step,
+            "size_mb": round(entry["size"] / 2**20, 3),
+        }
+    )
+
+
+@phase("export")
+def export(ctx: RunContext, run: PhaseRun) -> Outcome:
+    variant = run.step.variant
+    state = ctx.state(variant, ctx.config(variant, run.overrides))
+    path = ctx.work_dir / f"model-{variant}-step{state.step}.safetensors"
+    tensors = export_weights(state.model, path)
+    entry = artifact_entry(
+        path, "inference_weights", phase="export", variant=variant, step=state.step, format="safetensors"
+    )
+    _record_artifact(ctx, entry)
+    back = load_weights(path)
+    differ = [k for k, v in tensors.items() if k not in back or not torch.equal(back[k], v)]
+    if differ:
+        raise PhaseFailure(
+            f"exported tensors differ after reload: {', '.join(differ[:5])}", {"artifact": entry}
+        )
+    return Outcome(
+        details={"artifact": entry, "tensors": len(tensors), "size_mb": round(entry["size"] / 2**20, 3)}
+    )

@@ -1,0 +1,159 @@
+"""How a phase runs: params in, one row out, whatever happens inside (R6, R10)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...events import PhaseFinished, PhaseStarted
+from ...steps import Step
+from ..context import Cancelled, RunContext
+from ..probes import MemoryProbe, synchronize
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+
+
+class PhaseFailure(Exception):
+    """A gate failed inside the phase; `details` go into the row."""
+
+    def __init__(self, reason: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.details = details or {}
+
+
+@dataclass
+class Outcome:
+    """What a phase body returns: its verdict, why, and what the row should show."""
+
+    verdict: str = PASS
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PhaseRun:
+    """Handed to a phase body: the step, the overrides, and a place for the input being processed."""
+
+    step: Step
+    overrides: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    # The input shape being processed right now, so a failure can name it (R10).
+    current_input: dict[str, Any] = field(default_factory=dict)
+
+
+PhaseFn = Callable[[RunContext, PhaseRun], Outcome]
+PHASES: dict[str, PhaseFn] = {}
+
+
+def phase(name: str) -> Callable[[PhaseFn], PhaseFn]:
+    """Register a phase body under its name."""
+
+    def register(fn: PhaseFn) -> PhaseFn:
+        PHASES[name] = fn
+        return fn
+
+    return register
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, float], seconds: float):
+    """The declared ceilings of this phase, checked after it ran (R10 on CPU)."""
+    limit = ctx.spec.limit_for(run.step.phase)
+    peak = probe.peak_mb(memory)
+    kind = "peak reserved" if ctx.device.type == "cuda" else "peak RSS"
+    if limit.memory_mb and peak > limit.memory_mb:
+        return f"{kind} {peak:.0f} MiB is over the declared ceiling {limit.memory_mb:.0f} MiB"
+    if limit.time_s and seconds > limit.time_s:
+        return f"took {seconds:.2f} s, over the declared ceiling {limit.time_s:g} s"
+    return None
+
+
+def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Run one step and return its record row; nothing that happens inside escapes."""
+    body = PHASES.get(step.phase)
+    run = PhaseRun(step=step, overrides=dict(overrides))
+    if step.variant != "control" or overrides:
+        cfg = ctx.config(step.variant, overrides)
+        run.params = cfg.params()
+    else:
+        run.params = ctx.config().params()
+    run.params["device"] = str(ctx.device)
+    ctx.cancel.clear()
+    ctx.emit(PhaseStarted(step=step.key, phase=step.phase, variant=step.variant, params=run.params))
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+    probe = MemoryProbe(ctx.device)
+    probe.start()
+    t0 = time.perf_counter()
+    failure: BaseException | None = None
+    outcome = Outcome()
+    try:
+        if body is None:
+            raise PhaseFailure(f"no phase named {step.phase!r} in this runner")
+        outcome = body(ctx, run)
+    except BaseException as exc:  # a phase never takes the runner down
+        failure = exc
+    # Outside the except block: the traceback no longer pins the failed tensors, so the memory
+    # can really be returned before the next attempt (R10).
+    if failure is not None:
+        outcome = _failed_outcome(ctx, run, failure)
+        failure = None
+        gc.collect()
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
+    synchronize(ctx.device)
+    seconds = time.perf_counter() - t0
+    memory = probe.stop()
+    over = _gate(ctx, run, probe, memory, seconds)
+    if over and outcome.verdict != FAIL:
+        outcome.verdict, outcome.reason = FAIL, over
+        outcome.details.setdefault("input", run.current_input)
+    row = {
+        "name": step.phase,
+        "step": step.key,
+        "variant": step.variant,
+        "verdict": outcome.verdict,
+        "reason": outcome.reason or ("all checks passed" if outcome.verdict == PASS else ""),
+        "started": started,
+        "duration_s": round(seconds, 4),
+        "params": run.params | outcome.params,
+        "memory": memory,
+        "details": outcome.details,
+    }
+    ctx.emit(PhaseFinished(step=step.key, row=row))
+    return row
+
+
+def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outcome:
+    where = {"input": dict(run.current_input)} if run.current_input else {}
+    shape = f" on input {run.current_input}" if run.current_input else ""
+    if isinstance(exc, Cancelled):
+        return Outcome(FAIL, "cancelled by the user", where)
+    if isinstance(exc, PhaseFailure):
+        return Outcome(FAIL, exc.reason, exc.details | where)
+    if _is_oom(exc):
+        stats = torch.cuda.memory_stats(ctx.device) if ctx.device.type == "cuda" else {}
+        details = where | {"num_ooms": int(stats.get("num_ooms", 0)), "error": str(exc).splitlines()[0]}
+        return Outcome(FAIL, f"out of memory in {run.step.phase}{shape}", details)
+    tb = "".join(traceback.format_exception(exc)[-6:])
+    return Outcome(
+        FAIL,
+        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{shape}",
+        where | {"traceback": tb},
+    )

@@ -1,0 +1,51 @@
+"""`eval_longest`: evaluation on the *longest* validation sequences, often the highest peak (R5)."""
+
+from __future__ import annotations
+
+from ..context import RunContext
+from ..training import collate, evaluate
+from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
+
+
+def raw_lengths(ctx: RunContext, indices: list[int]) -> list[int]:
+    """Untruncated length of each example as the collate builds it."""
+    lengths = []
+    for i in indices:
+        batch = ctx.task.collate([ctx.task.examples[i]], 0)
+        if "raw_length" in batch:
+            lengths.append(int(batch["raw_length"][0]))
+        elif "attention_mask" in batch:
+            lengths.append(int(batch["attention_mask"].sum()))
+        else:
+            lengths.append(int(batch["labels"].numel()))
+    return lengths
+
+
+@phase("eval_longest")
+def eval_longest(ctx: RunContext, run: PhaseRun) -> Outcome:
+    variant = run.step.variant
+    cfg = ctx.config(variant, run.overrides)
+    state = ctx.state(variant, cfg)
+    val = ctx.splits["validation"]
+    if not val:
+        raise PhaseFailure("the validation split is empty")
+    size = int(run.overrides.get("eval_microbatch") or ctx.spec.phases.eval_microbatch or cfg.microbatch)
+    lengths = raw_lengths(ctx, val)
+    longest = sorted(range(len(val)), key=lambda j: (-lengths[j], val[j]))[:size]
+    chosen = [val[j] for j in longest]
+    batch = collate(ctx.task, [ctx.task.examples[i] for i in chosen], cfg.max_length, ctx.device)
+    shape = list(next(iter(batch.values())).shape)
+    run.current_input = {"microbatch": len(chosen), "max_length": cfg.max_length, "shape": shape}
+    loss, count = evaluate(state, ctx.task, batch)
+    value = float(loss)
+    details = {
+        "examples": [str(ctx.task.examples[i].get("id", i)) for i in chosen],
+        "raw_lengths": [lengths[j] for j in longest],
+        "input_shape": shape,
+        "supervised_targets": count,
+        "loss": value,
+        "validation_size": len(val),
+    }
+    if not finite(value):
+        raise PhaseFailure(f"non-finite evaluation loss on the longest batch {shape}", details)
+    return Outcome(details=details, params={"eval_microbatch": len(chosen)})

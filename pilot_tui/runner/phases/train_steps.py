@@ -1,0 +1,107 @@
+"""`first_step` (allocates optimizer state, R5) and `steady` (N timed updates)."""
+
+from __future__ import annotations
+
+import time
+
+from ..context import RunContext
+from ..probes import synchronize
+from ..training import TrainState, UpdateStats, train_update
+from .base import WARN, Outcome, PhaseFailure, PhaseRun, finite, phase
+from .load import tensor_mb
+
+
+def optimizer_state_mb(state: TrainState) -> float:
+    tensors = [v for s in state.optimizer.state.values() for v in s.values() if hasattr(v, "numel")]
+    return round(tensor_mb(tensors), 3)
+
+
+def _update(ctx: RunContext, run: PhaseRun, state: TrainState) -> UpdateStats:
+    micro = state.sampler.next_update()
+    run.current_input = {
+        "microbatch": state.config.microbatch,
+        "max_length": state.config.max_length,
+        "update": state.step + 1,
+    }
+    stats = train_update(state, ctx.task, ctx.device, ctx.spec.optim.grad_clip, micro)
+    run.current_input["shapes"] = stats.shapes
+    return stats
+
+
+@phase("first_step")
+def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
+    variant = run.step.variant
+    state = ctx.state(variant, ctx.config(variant, run.overrides))
+    if state.step != 0:  # the first step must be a real first step: fresh optimizer state
+        ctx.states.pop(variant)
+        state = ctx.state(variant, ctx.config(variant, run.overrides))
+    stats = _update(ctx, run, state)
+    loss, gn = float(stats.loss), float(stats.grad_norm)
+    details = {
+        "loss": loss,
+        "grad_norm": gn,
+        "supervised_targets": stats.supervised,
+        "examples": stats.examples,
+        "input_shapes": stats.shapes,
+        "optimizer_state_mb": optimizer_state_mb(state),
+        "lr": state.scheduler.get_last_lr()[0],
+    }
+    if not finite(loss) or not finite(gn):
+        raise PhaseFailure(
+            f"non-finite {'loss' if not finite(loss) else 'gradient norm'} at the first update", details
+        )
+    if stats.supervised == 0:
+        raise PhaseFailure(
+            "the first update has no supervised target: the loss reads 0 while it means nothing", details
+        )
+    return Outcome(details=details)
+
+
+@phase("steady")
+def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
+    variant = run.step.variant
+    state = ctx.state(variant, ctx.config(variant, run.overrides))
+    notes = []
+    if state.step == 0:
+        # The first update allocates optimizer state and is slower: keep it out of the timing.
+        _update(ctx, run, state)
+        notes.append("ran one untimed first update before timing (first_step had not run)")
+    n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
+    losses, examples, tokens, times = [], 0, 0, []
+    synchronize(ctx.device)
+    t0 = time.perf_counter()
+    for i in range(n):
+        ctx.check_cancel()
+        t = time.perf_counter()
+        stats = _update(ctx, run, state)
+        times.append(time.perf_counter() - t)
+        losses.append(stats.loss)
+        examples += stats.examples
+        tokens += stats.tokens
+        if (i + 1) % 10 == 0 or i + 1 == n:
+            # Reading a loss syncs the device: only every 10 updates, never each step.
+            ctx.progress(run.step.key, i + 1, n, float(stats.loss))
+    synchronize(ctx.device)
+    total = time.perf_counter() - t0
+    values = [float(x) for x in losses]
+    times.sort()
+    details = {
+        "updates": n,
+        "step_time_s": total / n,
+        "step_time_p50_s": times[len(times) // 2],
+        "step_time_p90_s": times[min(len(times) - 1, int(0.9 * len(times)))],
+        "examples_per_s": examples / total,
+        "tokens_per_s": tokens / total,
+        "loss_first": values[0],
+        "loss_last": values[-1],
+        "losses": values,
+        "notes": notes,
+    }
+    bad = next((i for i, v in enumerate(values) if not finite(v)), None)
+    if bad is not None:
+        raise PhaseFailure(f"non-finite loss at steady update {bad + 1} of {n}", details)
+    if values[-1] >= values[0]:
+        return Outcome(
+            WARN, f"loss did not fall over {n} updates ({values[0]:.4g} -> {values[-1]:.4g})", details
+        )
+    return Outcome(details=details)

@@ -1,0 +1,100 @@
+"""Memory counters per phase: the CUDA caching allocator, or the process RSS on CPU (R6).
+
+Allocated (memory held by tensors) and reserved (held by the caching allocator) are different
+counters and are never added. Peaks are reset at the start of every phase.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import torch
+
+MIB = 1024 * 1024
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+def _vm_hwm_bytes() -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    # Writing 5 resets the kernel's high-water mark of this process's RSS (Linux ≥ 4.0).
+    try:
+        _CLEAR_REFS.write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels so timings and counters describe finished work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class MemoryProbe:
+    """Start at a phase boundary, stop at the next; `stop()` returns the phase's counters in MiB."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.process = psutil.Process()
+        self._baseline: dict[str, float] = {}
+        self._peak_reset = False
+
+    def start(self) -> None:
+        synchronize(self.device)
+        if self.device.type == "cuda":
+            self._baseline = {
+                "baseline_allocated_mb": torch.cuda.memory_allocated(self.device) / MIB,
+                "baseline_reserved_mb": torch.cuda.memory_reserved(self.device) / MIB,
+            }
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._peak_reset = _reset_peak_rss()
+            self._baseline = {"baseline_rss_mb": self.process.memory_info().rss / MIB}
+
+    def stop(self) -> dict[str, float]:
+        synchronize(self.device)
+        out = dict(self._baseline)
+        if self.device.type == "cuda":
+            stats = torch.cuda.memory_stats(self.device)
+            out |= {
+                "allocated_mb": torch.cuda.memory_allocated(self.device) / MIB,
+                "reserved_mb": torch.cuda.memory_reserved(self.device) / MIB,
+                "peak_allocated_mb": torch.cuda.max_memory_allocated(self.device) / MIB,
+                "peak_reserved_mb": torch.cuda.max_memory_reserved(self.device) / MIB,
+                "num_alloc_retries": float(stats.get("num_alloc_retries", 0)),
+                "num_ooms": float(stats.get("num_ooms", 0)),
+            }
+        else:
+            rss = self.process.memory_info().rss / MIB
+            hwm = _vm_hwm_bytes()
+            out["rss_mb"] = rss
+            # Without a resettable high-water mark the lifetime peak would mislead: say so.
+            out["peak_rss_mb"] = hwm / MIB if (hwm is not None and self._peak_reset) else rss
+        return {k: round(v, 3) for k, v in out.items()}
+
+    def peak_mb(self, counters: dict[str, float]) -> float:
+        """The figure a memory ceiling is compared with: peak reserved on CUDA, peak RSS on CPU."""
+        return counters.get("peak_reserved_mb", counters.get("peak_rss_mb", 0.0))
+
+
+def live_counters(device: torch.device) -> dict[str, float]:
+    """Cheap counters for the live pane, read between steps."""
+    if device.type == "cuda":
+        return {
+            "allocated_mb": torch.cuda.memory_allocated(device) / MIB,
+            "reserved_mb": torch.cuda.memory_reserved(device) / MIB,
+            "peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MIB,
+            "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MIB,
+        }
+    return {"rss_mb": psutil.Process().memory_info().rss / MIB}

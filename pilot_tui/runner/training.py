@@ -1,0 +1,192 @@
+"""One training configuration's state and its optimizer update, with honest normalisation."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from ..tasks.contract import Batch, Example, Task
+from . import objective
+from .data import UpdateSampler
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The inputs of a phase run: what the row's `params` shows (R6)."""
+
+    variant: str
+    microbatch: int
+    accumulation: int
+    replicas: int
+    max_length: int
+    precision: str
+    activation_checkpointing: bool
+    lr: float
+    seed: int
+    total_updates: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def effective_batch(self) -> int:
+        return self.microbatch * self.accumulation * self.replicas
+
+    def params(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["effective_batch"] = self.effective_batch
+        out["notes"] = list(self.notes)
+        return out
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def lr_lambda(warmup: int, schedule: str, total: int):
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant" or total <= warmup:
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+@dataclass
+class UpdateStats:
+    """One optimizer update. Loss and grad norm stay tensors: reading them syncs the device."""
+
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+    supervised: int
+    examples: int
+    tokens: int
+    shapes: list[list[int]] = field(default_factory=list)
+
+
+@dataclass
+class TrainState:
+    """Model, optimizer, schedule, scaler and data position of one configuration."""
+
+    config: TrainConfig
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+    sampler: UpdateSampler
+    step: int = 0
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_state(
+    task: Task,
+    config: TrainConfig,
+    train_indices: Sequence[int],
+    device: torch.device,
+    *,
+    weight_decay: float,
+    warmup: int,
+    schedule: str,
+    drop_last: bool,
+    data_seed: int,
+) -> TrainState:
+    """Same seed, same initial weights: every variant and LR starts from the same model."""
+    seed_everything(config.seed)
+    model = task.build_model().to(device)
+    if config.activation_checkpointing:
+        if task.set_activation_checkpointing is None:
+            raise ValueError("this task exposes no activation-checkpointing switch")
+        task.set_activation_checkpointing(model, True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(warmup, schedule, config.total_updates)
+    )
+    scaler = torch.amp.GradScaler(device.type, enabled=config.precision == "fp16")
+    sampler = UpdateSampler(
+        list(train_indices), config.microbatch, config.accumulation, seed=data_seed, drop_last=drop_last
+    )
+    return TrainState(config, model, optimizer, scheduler, scaler, sampler)
+
+
+def collate(task: Task, examples: Sequence[Example], max_length: int, device: torch.device) -> Batch:
+    return to_device(task.collate(examples, max_length), device)
+
+
+def train_update(
+    state: TrainState,
+    task: Task,
+    device: torch.device,
+    grad_clip: float,
+    micro: list[list[int]] | None = None,
+) -> UpdateStats:
+    """One optimizer update over `accumulation` microbatches.
+
+    The loss is the sum over every microbatch divided by the supervised targets of the *whole*
+    update, not a mean of per-microbatch means (R9). With fp16 the scaler steps and updates once
+    per optimizer step, never per microbatch.
+    """
+    cfg = state.config
+    micro = micro if micro is not None else state.sampler.next_update()
+    batches = [collate(task, [task.examples[i] for i in idx], cfg.max_length, device) for idx in micro]
+    total = sum(objective.supervised_count(task, b) for b in batches)
+    denom = max(total, 1)  # an update with no supervised target contributes no gradient
+    state.model.train()
+    state.optimizer.zero_grad(set_to_none=True)
+    loss_total = torch.zeros((), device=device)
+    shapes = []
+    for batch in batches:
+        shapes.append(list(next(iter(batch.values())).shape))
+        with autocast(device, cfg.precision):
+            logits = objective.forward(task, state.model, batch)
+            part = objective.loss_sum(task, logits, batch)
+        state.scaler.scale(part / denom).backward()
+        loss_total += part.detach().float()
+    state.scaler.unscale_(state.optimizer)
+    params = [p for p in state.model.parameters() if p.grad is not None]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    state.scaler.step(state.optimizer)
+    state.scaler.update()
+    state.scheduler.step()
+    state.step += 1
+    tokens = sum(
+        int(b["attention_mask"].sum()) if "attention_mask" in b else len(b["labels"]) for b in batches
+    )
+    return UpdateStats(
+        loss=loss_total / denom,
+        grad_norm=grad_norm.detach(),
+        supervised=total,
+        examples=sum(len(m) for m in micro),
+        tokens=tokens,
+        shapes=shapes,
+    )
+
+
+@torch.no_grad()
+def evaluate(state: TrainState, task: Task, batch: Batch) -> tuple[torch.Tensor, int]:
+    """Mean loss per supervised target on one batch, in eval mode and the state's precision."""
+    state.model.eval()
+    with autocast(batch[next(iter(batch))].device, state.config.precision):
+        logits = objective.forward(task, state.model, batch)
+        total = objective.loss_sum(task, logits, batch)
+    count = objective.supervised_count(task, batch)
+    return total / max(count, 1), count

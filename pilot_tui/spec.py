@@ -1,0 +1,463 @@
+"""Campaign spec: what the user declares *before* anything runs.
+
+Read with tomllib into frozen dataclasses and validated once. Every error names the file, the
+key and, when it can be found, the line; the caller turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+HOLDS = ("updates", "epochs")
+DEVICES = ("auto", "cpu", "cuda")
+SCHEDULES = ("constant", "linear", "cosine")
+GROUP_KINDS = ("id", "time")
+
+
+class SpecError(Exception):
+    """A campaign file that cannot be used; the message is one line, ready to print."""
+
+
+@dataclass(frozen=True)
+class CampaignSection:
+    """Who this campaign is."""
+
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Which task to pilot: a built-in demo or a user file with a factory function."""
+
+    builtin: str = ""
+    file: str = ""
+    function: str = "make_task"
+    # Keyword arguments handed to the task factory.
+    options: dict[str, Any] = field(default_factory=dict)
+    # The example field that is the unit of leakage (conversation, patient, document, period).
+    group_key: str = ""
+    group_kind: str = "id"
+    # What the campaign wants: are prompt tokens supervised? (R2)
+    supervise_prompt: bool = False
+    # Declared class id -> name mapping, checked against the data (R2).
+    class_names: list[str] = field(default_factory=list)
+    # Extension modules the task imports, checked by the stack phase (R18).
+    requires: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """How train / validation / test are made: ratios + seed, or a field holding ready splits."""
+
+    train: float = 0.8
+    validation: float = 0.1
+    test: float = 0.1
+    seed: int = 0
+    field: str = ""
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """Examples per forward/backward, per update, and what the campaign holds fixed (R8, R9)."""
+
+    microbatch: int
+    accumulation: int = 1
+    replicas: int = 1
+    max_length: int = 0
+    precision: str = "fp32"
+    drop_last: bool = True
+    hold: str = "updates"
+    updates: int = 0
+    epochs: int = 0
+    device: str = "auto"
+    activation_checkpointing: bool = False
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    """Optimizer and schedule of the control configuration."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_updates: int = 0
+    schedule: str = "constant"
+    grad_clip: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PhasesSpec:
+    """Sizes of the engine phases."""
+
+    steady_updates: int = 10
+    eval_microbatch: int = 0
+    skip: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """A gate's ceilings for one phase; 0 means no ceiling."""
+
+    memory_mb: float = 0.0
+    time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class InspectSpec:
+    """Batch inspection (R1, R2): how many examples to show token by token."""
+
+    examples: int = 4
+
+
+@dataclass(frozen=True)
+class OverfitSpec:
+    """Tiny-subset mechanics check (R3)."""
+
+    examples: int = 16
+    max_steps: int = 100
+    loss_below: float = 0.1
+    recover: float = 1.0
+    lr: float = 3e-3
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A memory variant (R11); an unset field keeps the control's value."""
+
+    id: str
+    microbatch: int = 0
+    accumulation: int = 0
+    max_length: int = 0
+    precision: str = ""
+    activation_checkpointing: bool | None = None
+
+
+@dataclass(frozen=True)
+class StopSpec:
+    """Stop causes declared before the LR runs (R13)."""
+
+    non_finite: bool = True
+    explosion_factor: float = 4.0
+    plateau_validations: int = 0
+
+
+@dataclass(frozen=True)
+class LRBoardSpec:
+    """The LR comparison: identical budget, data and effective batch for every run (R13)."""
+
+    control: float
+    variants: list[float] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    updates: int = 200
+    validate_every: int = 20
+    stop: StopSpec = field(default_factory=StopSpec)
+
+
+@dataclass(frozen=True)
+class ResumeSpec:
+    """Resume test (R15): train k, save, resume in a new process for n more."""
+
+    k: int = 6
+    n: int = 6
+    tolerance: float = 0.0
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """Control inputs replayed before save and after reload (R16)."""
+
+    inputs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What the rental plan is computed for (R18, R19)."""
+
+    dataset_size: int = 0
+    epochs: int = 1
+    headroom: float = 0.15
+    safety_margin: float = 0.2
+    priority: list[str] = field(default_factory=list)
+    expected_result: str = ""
+    distribution: str = "single-gpu"
+    gpus: int = 1
+
+
+@dataclass(frozen=True)
+class CampaignSpec:
+    """The whole campaign file."""
+
+    campaign: CampaignSection
+    task: TaskSpec
+    batch: BatchSpec
+    split: SplitSpec = field(default_factory=SplitSpec)
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    phases: PhasesSpec = field(default_factory=PhasesSpec)
+    limits: dict[str, LimitSpec] = field(default_factory=dict)
+    inspect: InspectSpec = field(default_factory=InspectSpec)
+    overfit: OverfitSpec = field(default_factory=OverfitSpec)
+    variants: list[VariantSpec] = field(default_factory=list)
+    lr_board: LRBoardSpec | None = None
+    resume: ResumeSpec = field(default_factory=ResumeSpec)
+    control: ControlSpec = field(default_factory=ControlSpec)
+    plan: PlanSpec = field(default_factory=PlanSpec)
+
+    def limit_for(self, phase: str) -> LimitSpec:
+        """The phase's own ceilings, else the `[limits.default]` ones."""
+        return self.limits.get(phase) or self.limits.get("default") or LimitSpec()
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with where it came from (the record copies all of it)."""
+
+    spec: CampaignSpec
+    path: Path
+    text: str
+    raw: dict[str, Any]
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the spec is relative to the spec file."""
+        return (self.path.parent / relative).resolve()
+
+
+# --------------------------------------------------------------------------------------------
+# Typed building with key paths; every failure becomes one SpecError line.
+
+
+class _KeyError(Exception):
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+        self.problem = problem
+
+
+def _type_name(tp: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if tp in names:
+        return names[tp]
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return "an array"
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return "a table"
+    return str(tp)
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(args[0], value, key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise _KeyError(key, f"expected a table, got {type(value).__name__}")
+        return _build(tp, value, key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _KeyError(key, f"expected an array, got {_describe(value)}")
+        (item,) = typing.get_args(tp)
+        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _KeyError(key, f"expected a table, got {_describe(value)}")
+        _, item = typing.get_args(tp)
+        if item is Any:
+            return dict(value)
+        return {k: _convert(item, v, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    # bool is an int subclass in Python; TOML keeps them apart, so do we.
+    if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
+        raise _KeyError(key, f"expected {_type_name(tp)}, got {_describe(value)}")
+    return value
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, int | float):
+        return f"number {value}"
+    return type(value).__name__
+
+
+def _build(cls: Any, table: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in table:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise _KeyError(_join(prefix, key), f"unknown key (known here: {known})")
+    kwargs = {}
+    for name, f in fields.items():
+        key = _join(prefix, name)
+        if name in table:
+            kwargs[name] = _convert(hints[name], table[name], key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise _KeyError(key, "required key is missing")
+    return cls(**kwargs)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+# --------------------------------------------------------------------------------------------
+# Value rules: checked once, after types.
+
+
+def _check(spec: CampaignSpec) -> None:
+    def need(ok: bool, key: str, problem: str) -> None:
+        if not ok:
+            raise _KeyError(key, problem)
+
+    t, b, s, o = spec.task, spec.batch, spec.split, spec.optim
+    need(bool(spec.campaign.name.strip()), "campaign.name", "must not be empty")
+    need(
+        re.fullmatch(r"[A-Za-z0-9._-]+", spec.campaign.name) is not None,
+        "campaign.name",
+        "use letters, digits, '.', '_' or '-' (it names the record file)",
+    )
+    need(bool(t.builtin) != bool(t.file), "task", "set exactly one of task.builtin or task.file")
+    need(t.group_kind in GROUP_KINDS, "task.group_kind", f"must be one of {', '.join(GROUP_KINDS)}")
+    need(len(set(t.class_names)) == len(t.class_names), "task.class_names", "a name is used twice")
+    need(b.microbatch >= 1, "batch.microbatch", f"must be ≥ 1, got {b.microbatch}")
+    need(b.accumulation >= 1, "batch.accumulation", f"must be ≥ 1, got {b.accumulation}")
+    need(b.replicas >= 1, "batch.replicas", f"must be ≥ 1, got {b.replicas}")
+    need(b.max_length >= 0, "batch.max_length", f"must be ≥ 0 (0 = the task's default), got {b.max_length}")
+    need(b.precision in PRECISIONS, "batch.precision", f"must be one of {', '.join(PRECISIONS)}")
+    need(b.hold in HOLDS, "batch.hold", f"must be one of {', '.join(HOLDS)}")
+    need(b.device in DEVICES, "batch.device", f"must be one of {', '.join(DEVICES)}")
+    if b.hold == "updates":
+        need(b.updates >= 1, "batch.updates", "hold = 'updates' needs updates ≥ 1")
+        need(b.epochs == 0, "batch.epochs", "hold = 'updates' fixes updates; leave epochs out")
+    else:
+        need(b.epochs >= 1, "batch.epochs", "hold = 'epochs' needs epochs ≥ 1")
+        need(b.updates == 0, "batch.updates", "hold = 'epochs' fixes epochs; leave updates out")
+    for name in ("train", "validation", "test"):
+        need(0 <= getattr(s, name) <= 1, f"split.{name}", "must be between 0 and 1")
+    need(s.train > 0, "split.train", "must be > 0")
+    need(s.validation > 0, "split.validation", "must be > 0 (eval_longest needs a validation set)")
+    need(abs(s.train + s.validation + s.test - 1) < 1e-6, "split", "train + validation + test must be 1")
+    need(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
+    need(o.weight_decay >= 0, "optim.weight_decay", "must be ≥ 0")
+    need(o.warmup_updates >= 0, "optim.warmup_updates", "must be ≥ 0")
+    need(o.schedule in SCHEDULES, "optim.schedule", f"must be one of {', '.join(SCHEDULES)}")
+    need(o.grad_clip >= 0, "optim.grad_clip", "must be ≥ 0 (0 = no clipping)")
+    need(spec.phases.steady_updates >= 1, "phases.steady_updates", "must be ≥ 1")
+    need(spec.phases.eval_microbatch >= 0, "phases.eval_microbatch", "must be ≥ 0")
+    for name, lim in spec.limits.items():
+        need(lim.memory_mb >= 0, f"limits.{name}.memory_mb", "must be ≥ 0")
+        need(lim.time_s >= 0, f"limits.{name}.time_s", "must be ≥ 0")
+    need(spec.inspect.examples >= 1, "inspect.examples", "must be ≥ 1")
+    ov = spec.overfit
+    need(ov.examples >= 1, "overfit.examples", "must be ≥ 1")
+    need(ov.max_steps >= 1, "overfit.max_steps", "must be ≥ 1")
+    need(0 < ov.recover <= 1, "overfit.recover", "must be in (0, 1]")
+    need(ov.lr > 0, "overfit.lr", "must be > 0")
+    ids = [v.id for v in spec.variants]
+    for i, v in enumerate(spec.variants):
+        key = f"variants[{i}]"
+        need(re.fullmatch(r"[A-Za-z0-9._-]+", v.id) is not None, f"{key}.id", "use letters, digits, . _ -")
+        need(v.id != "control", f"{key}.id", "'control' names the campaign's own configuration")
+        need(ids.count(v.id) == 1, f"{key}.id", f"id {v.id!r} is used twice")
+        need(v.microbatch >= 0, f"{key}.microbatch", "must be ≥ 1 (or left out)")
+        need(v.accumulation >= 0, f"{key}.accumulation", "must be ≥ 1 (or left out)")
+        need(v.max_length >= 0, f"{key}.max_length", "must be ≥ 1 (or left out)")
+        need(v.precision in ("", *PRECISIONS), f"{key}.precision", f"must be one of {', '.join(PRECISIONS)}")
+    if spec.lr_board is not None:
+        lr = spec.lr_board
+        need(lr.control > 0, "lr_board.control", "must be > 0")
+        need(all(x > 0 for x in lr.variants), "lr_board.variants", "every LR must be > 0")
+        need(lr.control not in lr.variants, "lr_board.variants", "the control LR is listed again")
+        need(len(set(lr.variants)) == len(lr.variants), "lr_board.variants", "an LR is listed twice")
+        need(len(lr.seeds) >= 1, "lr_board.seeds", "declare at least one seed")
+        need(len(set(lr.seeds)) == len(lr.seeds), "lr_board.seeds", "a seed is listed twice")
+        need(lr.updates >= 1, "lr_board.updates", "must be ≥ 1")
+        need(lr.validate_every >= 1, "lr_board.validate_every", "must be ≥ 1")
+        need(lr.stop.explosion_factor > 1, "lr_board.stop.explosion_factor", "must be > 1")
+    need(spec.resume.k >= 1, "resume.k", "must be ≥ 1")
+    need(spec.resume.n >= 1, "resume.n", "must be ≥ 1")
+    need(spec.resume.tolerance >= 0, "resume.tolerance", "must be ≥ 0")
+    p = spec.plan
+    need(p.dataset_size >= 0, "plan.dataset_size", "must be ≥ 0")
+    need(p.epochs >= 1, "plan.epochs", "must be ≥ 1")
+    need(0 <= p.headroom < 10, "plan.headroom", "must be a fraction ≥ 0")
+    need(0 <= p.safety_margin < 10, "plan.safety_margin", "must be a fraction ≥ 0")
+    need(p.gpus >= 1, "plan.gpus", "must be ≥ 1")
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """Best-effort line of a dotted key in the TOML text (for messages, not for parsing)."""
+    parts = re.sub(r"\[\d+\]", "", key).split(".")
+    table: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.fullmatch(r"\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = [p.strip() for p in header.group(1).split(".")]
+            if table == parts:
+                return number
+            continue
+        match = re.match(r"([A-Za-z0-9_.\"-]+)\s*=", stripped)
+        if match:
+            path = table + [p.strip('"') for p in match.group(1).split(".")]
+            if path == parts or (len(parts) > len(table) and path[: len(parts)] == parts):
+                return number
+    # Fall back to the table itself (e.g. a missing key: point at its section).
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = re.fullmatch(r"\[\[?\s*([^\]]+?)\s*\]\]?", line.strip())
+        if header and [p.strip() for p in header.group(1).split(".")] == parts[:-1]:
+            return number
+    return None
+
+
+def parse_spec(text: str, path: Path) -> LoadedSpec:
+    """Parse and validate campaign text; raise SpecError with file, key and line."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: TOML syntax error: {exc}") from None
+    try:
+        spec = _build(CampaignSpec, raw, "")
+        _check(spec)
+    except _KeyError as exc:
+        line = _line_of(text, exc.key)
+        where = f"line {line}: " if line else ""
+        raise SpecError(f"{path}: {where}{exc.key}: {exc.problem}") from None
+    return LoadedSpec(spec=spec, path=path.resolve(), text=text, raw=raw)
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    """Read a campaign file from disk."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{p}: campaign file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{p}: cannot read campaign file: {exc}") from None
+    loaded = parse_spec(text, p)
+    if loaded.spec.task.file and not loaded.resolve(loaded.spec.task.file).is_file():
+        line = _line_of(text, "task.file")
+        where = f"line {line}: " if line else ""
+        raise SpecError(f"{p}: {where}task.file: no such file {loaded.spec.task.file!r}")
+    return loaded

@@ -1,0 +1,85 @@
+"""Find and build a campaign's task: a built-in demo or a function in a user's Python file."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..spec import LoadedSpec
+from .contract import KINDS, Task
+
+BUILTINS = {
+    "instruct": "pilot_tui.tasks.demo_instruct",
+    "classify": "pilot_tui.tasks.demo_classify",
+}
+
+
+class TaskError(Exception):
+    """The task cannot be built; one line naming the file and the exception (exit 2)."""
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _user_frame(exc: BaseException, file: Path) -> str:
+    # Point at the line of the user's file where it broke, not at our loader.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == file]
+    return f" (line {frames[-1].lineno})" if frames else ""
+
+
+def _factory(loaded: LoadedSpec) -> tuple[Callable[..., Any], str]:
+    t = loaded.spec.task
+    if t.builtin:
+        if t.builtin not in BUILTINS:
+            raise TaskError(
+                f"{loaded.path}: task.builtin: unknown built-in task {t.builtin!r} "
+                f"(known: {', '.join(BUILTINS)})"
+            )
+        return importlib.import_module(BUILTINS[t.builtin]).make_task, f"built-in {t.builtin}"
+    file = loaded.resolve(t.file)
+    if not file.is_file():
+        raise TaskError(f"{loaded.path}: task.file: no such file {t.file!r}")
+    module_name = f"pilot_user_task_{abs(hash(str(file)))}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise TaskError(f"{file}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # user code: any failure is a bad input, never a crash
+        raise TaskError(f"{file}: import failed{_user_frame(exc, file)}: {_one_line(exc)}") from None
+    fn = getattr(module, t.function, None)
+    if not callable(fn):
+        raise TaskError(f"{file}: no function {t.function!r} (task.function in {loaded.path.name})")
+    return fn, str(file)
+
+
+def load_task(loaded: LoadedSpec) -> Task:
+    """Call the factory with `task.options` and check what it returned."""
+    fn, origin = _factory(loaded)
+    where = Path(origin) if Path(origin).is_file() else None
+    try:
+        task = fn(**loaded.spec.task.options)
+    except BaseException as exc:
+        line = _user_frame(exc, where) if where else ""
+        raise TaskError(f"{origin}: {loaded.spec.task.function}() raised{line}: {_one_line(exc)}") from None
+    if not isinstance(task, Task):
+        raise TaskError(f"{origin}: {loaded.spec.task.function}() returned {type(task).__name__}, not a Task")
+    if task.kind not in KINDS:
+        raise TaskError(f"{origin}: task kind {task.kind!r} is not one of {', '.join(KINDS)}")
+    if len(task.examples) == 0:
+        raise TaskError(f"{origin}: the task has no examples (empty dataset)")
+    key = loaded.spec.task.group_key or task.group_key
+    missing = next((i for i, ex in enumerate(task.examples) if key not in ex), None)
+    if missing is not None:
+        raise TaskError(
+            f"{origin}: example {missing} has no group key field {key!r} (task.group_key in {loaded.path.name})"
+        )
+    return task

@@ -1,0 +1,64 @@
+"""A small decoder-only transformer in plain PyTorch, for the demo and the tests."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        # Right padding + causal attention: real tokens never attend to the pads after them,
+        # so outputs at real positions do not depend on how much padding the batch has.
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """Token + position embeddings, `n_layers` pre-norm blocks, tied-free LM head."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        max_positions: int = 128,
+    ) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_positions, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.ln = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+        # Recompute block activations in backward instead of keeping them (R11).
+        self.activation_checkpointing = False
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.tok(input_ids) + self.pos(positions)
+        for block in self.blocks:
+            if self.activation_checkpointing and self.training:
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return self.head(self.ln(x))
+
+
+def set_checkpointing(model: nn.Module, on: bool) -> None:
+    model.activation_checkpointing = on  # type: ignore[assignment]

@@ -1,0 +1,61 @@
+"""Shared test helpers: campaign files written from dicts, and the repo's demo paths."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+REPO = Path(__file__).resolve().parent.parent
+CAMPAIGNS = REPO / "campaigns"
+DEMO = CAMPAIGNS / "demo.toml"
+
+
+def demo_raw() -> dict[str, Any]:
+    return tomllib.loads(DEMO.read_text())
+
+
+def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# A small, fast version of the demo: same task, fewer examples and updates.
+FAST = {
+    "task": {"options": {"n_conversations": 60, "seed": 0}},
+    "batch": {"microbatch": 2, "accumulation": 2},
+    "phases": {"steady_updates": 4},
+}
+
+
+@pytest.fixture
+def write_campaign(tmp_path: Path):
+    """write_campaign(changes, name=..., drop=[sections]) -> path of a campaign file in tmp_path."""
+
+    def write(
+        changes: dict[str, Any] | None = None,
+        *,
+        name: str = "campaign.toml",
+        drop: tuple[str, ...] = (),
+        fast: bool = True,
+    ) -> Path:
+        raw = demo_raw()
+        if fast:
+            raw = deep_merge(raw, FAST)
+        raw = deep_merge(raw, changes or {})
+        for section in drop:
+            raw.pop(section, None)
+        path = tmp_path / name
+        path.write_text(tomli_w.dumps(raw))
+        return path
+
+    return write
