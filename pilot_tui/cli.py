@@ -15,7 +15,7 @@ from .session import BadInputError, Session
 from .spec import SpecError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-SUBCOMMANDS = ("run", "open")
+SUBCOMMANDS = ("run", "open", "export", "plan", "note", "conclude")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +31,20 @@ def _parser() -> argparse.ArgumentParser:
     opn = sub.add_parser("open", help="open the dashboard on a campaign or a saved record (default)")
     opn.add_argument("target", type=Path, nargs="?", default=DEMO_CAMPAIGN, help="campaign spec or record")
     opn.add_argument("--records", type=Path, help="folder for records (default: <campaign dir>/records)")
+    exp = sub.add_parser("export", help="archive a record: spec, metrics, artifact manifest, instructions")
+    exp.add_argument("record", type=Path)
+    exp.add_argument("--out", type=Path, help="archive folder or .tar.gz (default: beside the record)")
+    exp.add_argument("--with-artifacts", action="store_true", help="copy the artifacts too")
+    pln = sub.add_parser("plan", help="print the choice sheet and the 3/7/30-day rental plan of a record")
+    pln.add_argument("record", type=Path)
+    note = sub.add_parser("note", help="add an observation to a record (a phase, variant or run)")
+    note.add_argument("record", type=Path)
+    note.add_argument("text")
+    note.add_argument("--on", default="campaign", help="what it is about: a step key, variant or run id")
+    con = sub.add_parser("conclude", help="write the campaign's conclusion into its record")
+    con.add_argument("record", type=Path)
+    con.add_argument("text")
+    con.add_argument("--decision", default="", help="the configuration kept, e.g. 'control'")
     return p
 
 
@@ -44,6 +58,23 @@ def main(argv: list[str] | None = None) -> int:
             from .headless import run_headless
 
             return run_headless(Session(args.campaign, args.records))
+        if args.command == "export":
+            from .archive import export_archive
+
+            print(export_archive(args.record, args.out, with_artifacts=args.with_artifacts))
+            return EXIT_OK
+        if args.command == "plan":
+            from .plan import print_plan
+
+            return print_plan(args.record)
+        if args.command in ("note", "conclude"):
+            from .notes import add_note, set_conclusion
+
+            if args.command == "note":
+                add_note(args.record, args.on, args.text)
+            else:
+                set_conclusion(args.record, args.text, decision=args.decision)
+            return EXIT_OK
         target = args.campaign if args.command == "run" else args.target
         return _open_tui(target, args.records, autorun=args.command == "run")
     except (SpecError, BadInputError, RecordError) as exc:

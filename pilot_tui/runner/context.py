@@ -42,6 +42,8 @@ class RunContext:
     states: dict[str, TrainState] = field(default_factory=dict)
     # Things a phase leaves for later phases (e.g. control outputs before save).
     memo: dict[str, Any] = field(default_factory=dict)
+    # Every row this runner produced, in order, so later phases can compare with earlier ones.
+    rows: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         s = self.loaded.spec

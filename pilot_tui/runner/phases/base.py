@@ -136,6 +136,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         "memory": memory,
         "details": outcome.details,
     }
+    ctx.rows.append(row)
     ctx.emit(PhaseFinished(step=step.key, row=row))
     return row
 
