@@ -7,6 +7,7 @@ key and, when it can be found, the line; the caller turns it into exit code 2.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import re
 import tomllib
@@ -143,6 +144,22 @@ class VariantSpec:
 
 
 @dataclass(frozen=True)
+class FitSearchSpec:
+    """Largest configuration that fits (R11, R18): microbatches (and max lengths) to try, ascending.
+
+    A point fits when its first optimizer step and its eval on the longest sequences pass the
+    memory limit: `memory_mb` if set, else the `first_step` / `eval_longest` ceilings, and no
+    out-of-memory. The accumulation reported keeps the declared effective batch.
+    """
+
+    microbatches: list[int]
+    max_lengths: list[int] = field(default_factory=list)
+    memory_mb: float = 0.0
+    # Once a microbatch fails at a max length, larger ones are not tried there (memory grows with it).
+    stop_at_first_failure: bool = True
+
+
+@dataclass(frozen=True)
 class StopSpec:
     """Stop causes declared before the LR runs (R13)."""
 
@@ -191,6 +208,11 @@ class PlanSpec:
     expected_result: str = ""
     distribution: str = "single-gpu"
     gpus: int = 1
+    # Reserve for the full run: evaluations over the full validation set and checkpoint saves;
+    # 0 means one per epoch. validation_size 0 means dataset_size × split.validation / split.train.
+    evaluations: int = 0
+    checkpoints: int = 0
+    validation_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -208,6 +230,7 @@ class CampaignSpec:
     overfit: OverfitSpec = field(default_factory=OverfitSpec)
     variants: list[VariantSpec] = field(default_factory=list)
     lr_board: LRBoardSpec | None = None
+    fit_search: FitSearchSpec | None = None
     resume: ResumeSpec = field(default_factory=ResumeSpec)
     control: ControlSpec = field(default_factory=ControlSpec)
     plan: PlanSpec = field(default_factory=PlanSpec)
@@ -305,13 +328,18 @@ def _build(cls: Any, table: dict[str, Any], prefix: str) -> Any:
     for key in table:
         if key not in fields:
             known = ", ".join(sorted(fields))
-            raise _KeyError(_join(prefix, key), f"unknown key (known here: {known})")
+            what = "section" if isinstance(table[key], dict | list) and not prefix else "key"
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise _KeyError(_join(prefix, key), f"unknown {what} ({hint}known here: {known})")
     kwargs = {}
     for name, f in fields.items():
         key = _join(prefix, name)
         if name in table:
             kwargs[name] = _convert(hints[name], table[name], key)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if dataclasses.is_dataclass(hints[name]):
+                raise _KeyError(key, f"required section [{key}] is missing")
             raise _KeyError(key, "required key is missing")
     return cls(**kwargs)
 
@@ -343,7 +371,11 @@ def _check(spec: CampaignSpec) -> None:
     need(b.accumulation >= 1, "batch.accumulation", f"must be ≥ 1, got {b.accumulation}")
     need(b.replicas >= 1, "batch.replicas", f"must be ≥ 1, got {b.replicas}")
     need(b.max_length >= 0, "batch.max_length", f"must be ≥ 0 (0 = the task's default), got {b.max_length}")
-    need(b.precision in PRECISIONS, "batch.precision", f"must be one of {', '.join(PRECISIONS)}")
+    need(
+        b.precision in PRECISIONS,
+        "batch.precision",
+        f"must be one of {', '.join(PRECISIONS)}, got {b.precision!r}",
+    )
     need(b.hold in HOLDS, "batch.hold", f"must be one of {', '.join(HOLDS)}")
     need(b.device in DEVICES, "batch.device", f"must be one of {', '.join(DEVICES)}")
     if b.hold == "updates":
@@ -356,7 +388,8 @@ def _check(spec: CampaignSpec) -> None:
         need(0 <= getattr(s, name) <= 1, f"split.{name}", "must be between 0 and 1")
     need(s.train > 0, "split.train", "must be > 0")
     need(s.validation > 0, "split.validation", "must be > 0 (eval_longest needs a validation set)")
-    need(abs(s.train + s.validation + s.test - 1) < 1e-6, "split", "train + validation + test must be 1")
+    total = s.train + s.validation + s.test
+    need(abs(total - 1) < 1e-6, "split", f"train + validation + test must be 1, got {total:.6g}")
     need(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
     need(o.weight_decay >= 0, "optim.weight_decay", "must be ≥ 0")
     need(o.warmup_updates >= 0, "optim.warmup_updates", "must be ≥ 0")
@@ -383,6 +416,24 @@ def _check(spec: CampaignSpec) -> None:
         need(v.accumulation >= 0, f"{key}.accumulation", "must be ≥ 1 (or left out)")
         need(v.max_length >= 0, f"{key}.max_length", "must be ≥ 1 (or left out)")
         need(v.precision in ("", *PRECISIONS), f"{key}.precision", f"must be one of {', '.join(PRECISIONS)}")
+        changes = (v.microbatch, v.accumulation, v.max_length, v.precision, v.activation_checkpointing)
+        need(changes != (0, 0, 0, "", None), key, f"variant {v.id!r} changes nothing from the control")
+    if spec.fit_search is not None:
+        fs = spec.fit_search
+        need(len(fs.microbatches) >= 1, "fit_search.microbatches", "declare at least one microbatch")
+        need(all(m >= 1 for m in fs.microbatches), "fit_search.microbatches", "every microbatch must be ≥ 1")
+        need(
+            len(set(fs.microbatches)) == len(fs.microbatches),
+            "fit_search.microbatches",
+            "a value is listed twice",
+        )
+        need(all(m >= 1 for m in fs.max_lengths), "fit_search.max_lengths", "every max length must be ≥ 1")
+        need(
+            len(set(fs.max_lengths)) == len(fs.max_lengths),
+            "fit_search.max_lengths",
+            "a value is listed twice",
+        )
+        need(fs.memory_mb >= 0, "fit_search.memory_mb", "must be ≥ 0 (0 = the phase ceilings)")
     if spec.lr_board is not None:
         lr = spec.lr_board
         need(lr.control > 0, "lr_board.control", "must be > 0")
@@ -394,6 +445,11 @@ def _check(spec: CampaignSpec) -> None:
         need(lr.updates >= 1, "lr_board.updates", "must be ≥ 1")
         need(lr.validate_every >= 1, "lr_board.validate_every", "must be ≥ 1")
         need(lr.stop.explosion_factor > 1, "lr_board.stop.explosion_factor", "must be > 1")
+        need(
+            lr.stop.plateau_validations >= 0,
+            "lr_board.stop.plateau_validations",
+            "must be ≥ 0 (0 = no plateau stop)",
+        )
     need(spec.resume.k >= 1, "resume.k", "must be ≥ 1")
     need(spec.resume.n >= 1, "resume.n", "must be ≥ 1")
     need(spec.resume.tolerance >= 0, "resume.tolerance", "must be ≥ 0")
@@ -403,6 +459,10 @@ def _check(spec: CampaignSpec) -> None:
     need(0 <= p.headroom < 10, "plan.headroom", "must be a fraction ≥ 0")
     need(0 <= p.safety_margin < 10, "plan.safety_margin", "must be a fraction ≥ 0")
     need(p.gpus >= 1, "plan.gpus", "must be ≥ 1")
+    need(p.evaluations >= 0, "plan.evaluations", "must be ≥ 0 (0 = one per epoch)")
+    need(p.checkpoints >= 0, "plan.checkpoints", "must be ≥ 0 (0 = one per epoch)")
+    need(p.validation_size >= 0, "plan.validation_size", "must be ≥ 0 (0 = from the split ratios)")
+    need(len(set(p.priority)) == len(p.priority), "plan.priority", "a configuration is listed twice")
 
 
 def _line_of(text: str, key: str) -> int | None:

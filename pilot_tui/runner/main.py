@@ -6,6 +6,7 @@ Anything else the task prints goes to stderr, so user code can never corrupt the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -101,9 +102,12 @@ def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
             raise TaskError(f"{loaded.path}: the validation split is empty ({len(task.examples)} examples)")
         accounting = ctx.accounting()
         if accounting["updates_per_epoch"] == 0:
+            b = loaded.spec.batch
             raise TaskError(
-                f"{loaded.path}: batch: {len(ctx.splits['train'])} training examples make no complete "
-                f"update of {accounting['effective_batch']} (lower microbatch/accumulation or set drop_last = false)"
+                f"{loaded.path}: batch: the train split has {len(ctx.splits['train'])} examples, fewer than "
+                f"one update of {b.microbatch} × {b.accumulation} × {b.replicas} = "
+                f"{accounting['effective_batch']} (lower batch.microbatch or batch.accumulation, "
+                f"or set batch.drop_last = false)"
             )
     except (SpecError, TaskError, ValueError) as exc:
         channel.emit(BadInput(message=str(exc)))
@@ -116,9 +120,21 @@ def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
         "splits": {k: len(v) for k, v in ctx.splits.items()},
         "max_length": ctx.max_length,
     }
+    _warm_lazy_imports()
     env = describe(device)
     channel.emit(RunnerReady(pid=os.getpid(), environment=env, dataset=dataset | {"accounting": accounting}))
     return ctx
+
+
+def _warm_lazy_imports() -> None:
+    """Import what torch otherwise imports lazily inside the first phase.
+
+    Building the first optimizer imports torch._dynamo (about a second on CPU): done here, once,
+    so the `load` row measures loading the weights, not a library's import.
+    """
+    # Optional: a torch without it still runs every phase.
+    with contextlib.suppress(Exception):
+        import torch._dynamo  # noqa: F401
 
 
 def _die_with_parent() -> None:

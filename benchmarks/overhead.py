@@ -1,0 +1,202 @@
+"""Steady-phase overhead: the pilot's real steady path against a bare PyTorch loop.
+
+    .venv/bin/python benchmarks/overhead.py [--campaign campaigns/demo.toml] [--updates 20] [--rounds 10]
+
+Pilot side: the runner's own `execute()` of the `steady` step — `train_update` per update, the
+MemoryProbe around the phase, progress events serialised through the runner's event channel, the
+live-counters thread sampling every 0.5 s, the phase hooks and the row. Timed from outside, the
+whole call divided by its updates, so nothing the pilot adds is left out.
+
+Bare side: a plain loop a user would write — collate, to(device), forward, summed cross-entropy
+divided by the update's supervised count, backward per microbatch, clip, AdamW step, scheduler
+step — on the same architecture and seed, the same batches in the same order, the same
+accumulation. Nothing is read back inside the loop.
+
+All run in this process; the order of the arms rotates every round so drift and the machine's
+other load hit each alike. A second, identical bare loop is the null arm: its ratio to the first
+is the noise floor of this measurement on this machine at this moment. Prints per-update medians
+and the ratios; the target is pilot / bare ≤ 1.05 on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pilot_tui.runner.context import RunContext, pick_device  # noqa: E402
+from pilot_tui.runner.data import UpdateSampler  # noqa: E402
+from pilot_tui.runner.main import Channel, _counters  # noqa: E402
+from pilot_tui.runner.phases import execute  # noqa: E402
+from pilot_tui.runner.probes import synchronize  # noqa: E402
+from pilot_tui.runner.training import TrainConfig, lr_lambda, seed_everything  # noqa: E402
+from pilot_tui.spec import load_spec  # noqa: E402
+from pilot_tui.steps import Step  # noqa: E402
+from pilot_tui.tasks.contract import CAUSAL_LM, Task  # noqa: E402
+from pilot_tui.tasks.loader import load_task  # noqa: E402
+
+
+class BareLoop:
+    """The loop without the pilot: same model, batches, optimizer, schedule and accumulation."""
+
+    def __init__(self, ctx: RunContext, config: TrainConfig) -> None:
+        spec, task = ctx.spec, ctx.task
+        self.task, self.device, self.config = task, ctx.device, config
+        self.grad_clip = spec.optim.grad_clip
+        seed_everything(config.seed)  # as build_state does: the same initial weights
+        self.model = task.build_model().to(ctx.device)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, weight_decay=spec.optim.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(spec.optim.warmup_updates, spec.optim.schedule, config.total_updates)
+        )
+        # The same data order as the pilot's sampler (same indices, same seed).
+        self.sampler = UpdateSampler(
+            list(ctx.splits["train"]),
+            config.microbatch,
+            config.accumulation,
+            seed=spec.split.seed + config.seed,
+            drop_last=spec.batch.drop_last,
+        )
+
+    def loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        task: Task = self.task
+        if task.kind == CAUSAL_LM:
+            logits = self.model(batch["input_ids"], batch["attention_mask"])
+            return F.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]),
+                batch["labels"][:, 1:].reshape(-1),
+                ignore_index=task.ignore_index,
+                reduction="sum",
+            )
+        logits = self.model(batch["features"])
+        return F.cross_entropy(logits, batch["labels"], ignore_index=task.ignore_index, reduction="sum")
+
+    def supervised(self, batch: dict[str, torch.Tensor]) -> int:
+        labels = batch["labels"][:, 1:] if self.task.kind == CAUSAL_LM else batch["labels"]
+        return int((labels != self.task.ignore_index).sum())
+
+    def update(self) -> None:
+        task, cfg = self.task, self.config
+        batches = [
+            {
+                k: v.to(self.device, non_blocking=True)
+                for k, v in task.collate([task.examples[i] for i in idx], cfg.max_length).items()
+            }
+            for idx in self.sampler.next_update()
+        ]
+        denom = max(1, sum(self.supervised(b) for b in batches))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        for batch in batches:
+            (self.loss_sum(batch) / denom).backward()
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+
+    def run(self, updates: int) -> None:
+        for _ in range(updates):
+            self.update()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--campaign", type=Path, default=REPO / "campaigns" / "demo.toml")
+    parser.add_argument(
+        "--updates", type=int, default=20, help="updates per round (the demo's steady_updates)"
+    )
+    parser.add_argument("--rounds", type=int, default=10, help="rounds per side, interleaved")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        # On a shared machine, fewer threads than cores avoids spin-waiting against other load.
+        torch.set_num_threads(args.threads)
+
+    loaded = load_spec(args.campaign)
+    if loaded.spec.batch.precision != "fp32":
+        print("note: the bare loop runs fp32; use an fp32 campaign for a like-for-like ratio")
+    task = load_task(loaded)
+    device = pick_device(loaded.spec.batch.device)
+    with tempfile.TemporaryDirectory() as work, open(os.devnull, "w") as sink:
+        channel = Channel(sink)  # events are serialised exactly as the runner sends them
+        ctx = RunContext(loaded, task, device, channel.emit, Path(work), threading.Event())
+        # The runner's live-counters thread samples memory while a phase is busy.
+        stop = threading.Event()
+        holder = {"ctx": ctx, "busy": True}
+        threading.Thread(target=_counters, args=(channel, holder, stop), daemon=True).start()
+
+        config = ctx.config()
+        bare, null = BareLoop(ctx, config), BareLoop(ctx, config)
+        # Warm all: the first update allocates optimizer state (the pilot's first_step).
+        execute(ctx, Step("first_step", "first_step"), {})
+        bare.run(1)
+        null.run(1)
+        steady = Step("steady", "steady")
+        overrides = {"steady_updates": args.updates}
+
+        def pilot_round() -> float:
+            t0 = time.perf_counter()
+            row = execute(ctx, steady, overrides)
+            elapsed = time.perf_counter() - t0
+            if row["verdict"] == "fail":
+                raise SystemExit(f"the pilot's steady phase failed: {row['reason']}")
+            return elapsed / args.updates
+
+        def bare_round(loop: BareLoop) -> float:
+            synchronize(device)
+            t0 = time.perf_counter()
+            loop.run(args.updates)
+            synchronize(device)
+            return (time.perf_counter() - t0) / args.updates
+
+        pilot, plain, again = [], [], []
+        arms = [(pilot, pilot_round), (plain, lambda: bare_round(bare)), (again, lambda: bare_round(null))]
+        for _, fn in arms:
+            fn()  # one more warm-up round each: allocator and caches settle
+        for r in range(args.rounds):
+            for times, fn in arms[r % 3 :] + arms[: r % 3]:  # no arm always runs first
+                times.append(fn())
+        stop.set()
+
+    p, b, n = statistics.median(pilot), statistics.median(plain), statistics.median(again)
+    print(f"campaign {loaded.path.name} · task {task.name} · device {device} · torch {torch.__version__}")
+    print(
+        f"microbatch {config.microbatch} × accumulation {config.accumulation} · max length "
+        f"{config.max_length} · {config.precision} · threads {torch.get_num_threads()}"
+    )
+    print(
+        f"{args.rounds} rounds × {args.updates} updates per arm, order rotated every round · "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(f"  pilot steady (execute + probes) : {p * 1e3:8.3f} ms/update (median of rounds)")
+    print(f"  bare PyTorch loop               : {b * 1e3:8.3f} ms/update (median of rounds)")
+    print(f"  bare loop again (null arm)      : {n * 1e3:8.3f} ms/update (median of rounds)")
+    print(f"  ratio pilot / bare (medians)    : {p / b:8.3f}")
+    print(f"  ratio pilot / bare (totals)     : {sum(pilot) / sum(plain):8.3f}")
+    print(f"  noise floor bare again / bare   : {n / b:8.3f}")
+    print(f"  target pilot / bare ≤ 1.05: {'met' if p / b <= 1.05 else 'NOT met'}")
+    load = os.getloadavg()[0]
+    if abs(n / b - 1) > 0.03:
+        # Two identical loops disagree: whatever the pilot ratio says, it is inside the noise.
+        print(
+            f"  warning: the noise floor is beyond ±3% (load average {load:.1f} on {os.cpu_count()} "
+            f"cores): the machine is too busy for this comparison; rerun it quieter or with --threads 1"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
