@@ -72,8 +72,15 @@ def encode_control(text: str) -> Example:
 
 
 def make_task(
-    n_sources: int = 120, per_source: int = 4, seed: int = 0, noise: float = 0.6, hidden: int = 64
+    n_sources: int = 120,
+    per_source: int = 4,
+    seed: int = 0,
+    noise: float = 0.6,
+    hidden: int = 64,
+    class_names: list[str] | None = None,
 ) -> Task:
+    """`class_names` replaces the task's own names (the generator keeps its meanings), so a
+    task that names a class twice or names a class no example has can be piloted."""
     return Task(
         name="demo-classify",
         kind=CLASSIFICATION,
@@ -81,7 +88,7 @@ def make_task(
         build_model=lambda: MLP(hidden),
         collate=collate,
         group_key="source",
-        class_names=CLASS_NAMES,
+        class_names=tuple(class_names) if class_names is not None else CLASS_NAMES,
         encode_control=encode_control,
         label_meaning=lambda ex: str(ex["label_name"]),
     )

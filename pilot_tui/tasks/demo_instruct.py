@@ -7,6 +7,7 @@ Prompt tokens are masked from the loss; the response and the end token are super
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -41,26 +42,70 @@ def decode_token(token: int) -> str:
     return f"<{token}>"
 
 
-def generate(n_conversations: int, seed: int, min_len: int = 2, max_len: int = 10) -> list[dict[str, Any]]:
-    """Deterministic examples: same seed, same list."""
+def _unique(word: str, seen: set[str], max_len: int) -> str:
+    """A word no earlier conversation used, changed without drawing from the RNG (so the rest of
+    the generated data is the same with or without this)."""
+    letters = "abcdefgh"
+    n = 0
+    while word in seen:
+        # Short words collide most: lengthen them; a word at full length rewrites its last letters.
+        if len(word) < max_len:
+            word += letters[n % 8]
+        else:
+            k = min(3, len(word))
+            word = word[:-k] + "".join(letters[(n >> (3 * i)) % 8] for i in range(k))
+        n += 1
+    seen.add(word)
+    return word
+
+
+def generate(
+    n_conversations: int,
+    seed: int,
+    min_len: int = 2,
+    max_len: int = 10,
+    unique_words: bool = True,
+    split_field: str = "",
+    periods: int = 0,
+) -> list[dict[str, Any]]:
+    """Deterministic examples: same seed, same list.
+
+    `unique_words` keeps two conversations from sharing a word, so no identical example can sit
+    in two splits. `split_field = "conversation"` adds a ready `split` field assigned per
+    conversation; `"turn"` assigns it per example, a leaking split the split check must catch.
+    `periods > 0` adds a `period` field (conversations in order, `periods` periods in all).
+    """
     rng = random.Random(seed)
     examples = []
+    seen: set[str] = set()
     for c in range(n_conversations):
         word = "".join(rng.choice("abcdefgh") for _ in range(rng.randint(min_len, max_len)))
+        if unique_words:
+            word = _unique(word, seen, max_len)
         for t, op in enumerate(rng.sample(sorted(OPS), rng.randint(1, 3))):
-            examples.append(
-                {
-                    "id": f"c{c:04d}-t{t}",
-                    "conversation": f"c{c:04d}",
-                    "prompt": f"{op}:{word}",
-                    "response": OPS[op](word),
-                }
-            )
+            ex = {
+                "id": f"c{c:04d}-t{t}",
+                "conversation": f"c{c:04d}",
+                "prompt": f"{op}:{word}",
+                "response": OPS[op](word),
+            }
+            if split_field:
+                ex["split"] = _ready_split(ex["conversation"] if split_field == "conversation" else ex["id"])
+            if periods > 0:
+                ex["period"] = f"p{c * periods // n_conversations:03d}"
+            examples.append(ex)
     return examples
 
 
-def make_collate(mask_prompt: bool = True, mask_all: bool = False):
-    """Build the collate; the flags exist so broken campaigns can show what the checks catch."""
+def _ready_split(unit: str) -> str:
+    """A fixed 80/10/10 assignment by a hash of `unit`, the way a vendor's ready splits look."""
+    bucket = int(hashlib.sha256(unit.encode()).hexdigest(), 16) % 10
+    return "validation" if bucket == 8 else "test" if bucket == 9 else "train"
+
+
+def make_collate(mask_prompt: bool = True, mask_all: bool = False, label_padding: bool = False):
+    """Build the collate; the flags exist so broken campaigns can show what the checks catch
+    (`label_padding`: padding gets the pad id as its label instead of the ignore index)."""
 
     def collate(examples: Sequence[Example], max_length: int) -> dict[str, torch.Tensor]:
         rows, labels, prompt_lens, raw_lens = [], [], [], []
@@ -79,7 +124,7 @@ def make_collate(mask_prompt: bool = True, mask_all: bool = False):
             labels.append(lab)
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), PAD, dtype=torch.long)
-        label_t = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+        label_t = torch.full((len(rows), width), PAD if label_padding else IGNORE, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, (ids, lab) in enumerate(zip(rows, labels, strict=True)):
             input_ids[i, : len(ids)] = torch.tensor(ids)
@@ -111,12 +156,26 @@ def make_task(
     mask_prompt: bool = True,
     mask_all_from: int = -1,
     max_word: int = 10,
+    unique_words: bool = True,
+    split_field: str = "",
+    periods: int = 0,
+    label_padding: bool = False,
 ) -> Task:
     """The demo instruction-tuning task. `mask_prompt=False` and `mask_all_from` exist for the
-    broken demo campaigns: they reproduce real template bugs the inspection must catch."""
-    examples = generate(n_conversations, seed, max_len=max_word)
-    base = make_collate(mask_prompt=mask_prompt)
-    masked = make_collate(mask_prompt=mask_prompt, mask_all=True)
+    broken demo campaigns: they reproduce real template bugs the inspection must catch;
+    `split_field` and `periods` give ready splits and time periods to the split check."""
+    if split_field not in ("", "conversation", "turn"):
+        raise ValueError(f"split_field must be '', 'conversation' or 'turn', got {split_field!r}")
+    examples = generate(
+        n_conversations,
+        seed,
+        max_len=max_word,
+        unique_words=unique_words,
+        split_field=split_field,
+        periods=periods,
+    )
+    base = make_collate(mask_prompt=mask_prompt, label_padding=label_padding)
+    masked = make_collate(mask_prompt=mask_prompt, mask_all=True, label_padding=label_padding)
 
     def collate(batch: Sequence[Example], max_length: int) -> dict[str, torch.Tensor]:
         if mask_all_from < 0:

@@ -1,0 +1,637 @@
+"""What the loss really sees: the analysis behind the `inspect` phase (R1, R2).
+
+Pure analysis over a task and its collated batches; it returns plain dicts ready for a record row
+and knows nothing of phases or events, so it can be called on any task. The whole dataset is
+collated in a few large batches (`CHUNK` examples each), never example by example: the scan
+must stay cheap enough to run before every campaign.
+
+Causal LM conventions (those of `objective.py`): labels are aligned with `input_ids`, the loss
+shifts by one, so the label at position 0 never counts and the token at position t is a target
+when `labels[t] != ignore_index`. Truncation is assumed to keep the head of the sequence (the
+tokens past `max_length` are the ones lost).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..checks import FAIL, PASS, SHOW_IDS, WARN, Check, CheckResult, listing, pct, verdict_of
+from ..tasks.contract import CAUSAL_LM, Batch, Task
+
+# Examples collated per batch when scanning the whole dataset.
+CHUNK = 256
+ROLES = ("supervised", "ignored", "padding", "cut")
+LEGEND = (
+    "[...] supervised (counted in the loss) · plain: ignored (label = ignore index) · "
+    "· one padding position · ✂(...) past max_length, never seen by the model"
+)
+
+
+def example_id(task: Task, index: int) -> str:
+    return str(task.examples[index].get("id", index))
+
+
+def batches(
+    task: Task, indices: Sequence[int], max_length: int, size: int = CHUNK
+) -> Iterator[tuple[list[int], Batch]]:
+    """The task's own collate over `indices`, `size` examples at a time (CPU, no grad)."""
+    for start in range(0, len(indices), size):
+        chunk = list(indices[start : start + size])
+        yield chunk, task.collate([task.examples[i] for i in chunk], max_length)
+
+
+def _ids(task: Task, indices: Sequence[int]) -> list[str]:
+    return [example_id(task, i) for i in indices[:SHOW_IDS]]
+
+
+def _listing(task: Task, indices: Sequence[int]) -> str:
+    """A few ids for a reason line; the check's `ids` keep up to SHOW_IDS."""
+    return listing([example_id(task, i) for i in indices[:3]], len(indices))
+
+
+# ------------------------------------------------------------------------------------------
+# Causal LM: the whole-dataset scan
+
+
+@dataclass
+class LMScan:
+    """Per-example figures over the whole dataset, in `indices` order."""
+
+    indices: list[int]
+    raw_length: list[int]
+    truncated_length: list[int]
+    supervised: list[int]
+    padding_supervised: list[int]
+    # Labels equal to input_ids on every real token: nothing is masked at all.
+    copied: list[bool]
+    # None when the collate gives no `prompt_length`.
+    prompt_length: list[int] | None
+    prompt_supervised: list[bool] | None
+
+    @property
+    def response_cut(self) -> list[bool]:
+        return [r > t for r, t in zip(self.raw_length, self.truncated_length, strict=True)]
+
+
+def _real_mask(batch: Batch) -> torch.Tensor:
+    if "attention_mask" in batch:
+        return batch["attention_mask"].bool()
+    return torch.ones_like(batch["input_ids"], dtype=torch.bool)
+
+
+def scan_lm(task: Task, max_length: int) -> LMScan:
+    """Collate every example as training will (truncated at `max_length`) and measure it."""
+    indices = list(range(len(task.examples)))
+    out: dict[str, list[Any]] = collections.defaultdict(list)
+    has_prompt, has_raw = True, True
+    ignore = task.ignore_index
+    for _chunk, batch in batches(task, indices, max_length):
+        ids, labels, real = batch["input_ids"], batch["labels"], _real_mask(batch)
+        counted = labels[:, 1:] != ignore  # the shift: position 0 is never a target
+        out["supervised"] += counted.sum(1).tolist()
+        out["truncated_length"] += real.sum(1).tolist()
+        out["padding_supervised"] += (counted & ~real[:, 1:]).sum(1).tolist()
+        same = (labels == ids) | ~real
+        out["copied"] += (same.all(1) & (real.sum(1) > 1)).tolist()
+        if "prompt_length" in batch and has_prompt:
+            plen = batch["prompt_length"].reshape(-1)
+            positions = torch.arange(1, ids.shape[1])
+            in_prompt = positions[None, :] < plen[:, None]
+            out["prompt_length"] += plen.tolist()
+            out["prompt_supervised"] += (counted & in_prompt).any(1).tolist()
+        else:
+            has_prompt = False
+        if "raw_length" in batch and has_raw:
+            out["raw_length"] += batch["raw_length"].reshape(-1).tolist()
+        else:
+            has_raw = False
+    if not has_raw:
+        # No untruncated length from the collate: collate once more without truncation.
+        out["raw_length"] = []
+        for _chunk, batch in batches(task, indices, 0):
+            out["raw_length"] += _real_mask(batch).sum(1).tolist()
+    return LMScan(
+        indices=indices,
+        raw_length=[int(x) for x in out["raw_length"]],
+        truncated_length=[int(x) for x in out["truncated_length"]],
+        supervised=[int(x) for x in out["supervised"]],
+        padding_supervised=[int(x) for x in out["padding_supervised"]],
+        copied=[bool(x) for x in out["copied"]],
+        prompt_length=[int(x) for x in out["prompt_length"]] if has_prompt else None,
+        prompt_supervised=[bool(x) for x in out["prompt_supervised"]] if has_prompt else None,
+    )
+
+
+def _supervised_untruncated(task: Task, indices: Sequence[int]) -> list[int]:
+    counts: list[int] = []
+    for _chunk, batch in batches(task, indices, 0):
+        counts += (batch["labels"][:, 1:] != task.ignore_index).sum(1).tolist()
+    return counts
+
+
+def lm_checks(task: Task, scan: LMScan, max_length: int, supervise_prompt: bool) -> list[Check]:
+    """Zero supervision (fail), prompt supervision against the declaration (fail), supervised
+    padding (fail), responses cut by `max_length` (warn)."""
+    n = len(scan.indices)
+    checks = []
+
+    zero = [i for i, s in zip(scan.indices, scan.supervised, strict=True) if s == 0]
+    if zero:
+        before = _supervised_untruncated(task, zero)
+        cut = sum(1 for s in before if s > 0)
+        cause = []
+        if cut:
+            cause.append(f"{cut} lost every supervised token to max_length {max_length}")
+        if len(zero) - cut:
+            cause.append(f"{len(zero) - cut} have every label masked by the collate")
+        checks.append(
+            Check(
+                "supervised_tokens",
+                FAIL,
+                f"{len(zero)} of {n} examples ({pct(len(zero), n)}%) have no supervised token "
+                f"({'; '.join(cause)}): their loss reads 0 while it means nothing — e.g. {_listing(task, zero)}",
+                len(zero),
+                _ids(task, zero),
+            )
+        )
+    else:
+        checks.append(
+            Check("supervised_tokens", PASS, f"every one of {n} examples has a supervised token", 0)
+        )
+
+    checks.append(_prompt_check(task, scan, supervise_prompt))
+
+    padded = [i for i, p in zip(scan.indices, scan.padding_supervised, strict=True) if p > 0]
+    if padded:
+        checks.append(
+            Check(
+                "padding_supervised",
+                FAIL,
+                f"{len(padded)} of {n} examples have padding positions counted in the loss "
+                f"(labels not set to {task.ignore_index} on padding) — e.g. {_listing(task, padded)}",
+                len(padded),
+                _ids(task, padded),
+            )
+        )
+    else:
+        checks.append(Check("padding_supervised", PASS, "no padding position is counted in the loss"))
+
+    cut = [i for i, c in zip(scan.indices, scan.response_cut, strict=True) if c]
+    if cut:
+        longest = max(scan.raw_length)
+        checks.append(
+            Check(
+                "responses_cut",
+                WARN,
+                f"{len(cut)} of {n} responses ({pct(len(cut), n)}%) are cut by max_length {max_length} "
+                f"(the longest example has {longest} tokens) — e.g. {_listing(task, cut)}",
+                len(cut),
+                _ids(task, cut),
+            )
+        )
+    else:
+        checks.append(Check("responses_cut", PASS, f"no response is cut by max_length {max_length}"))
+    return checks
+
+
+def _prompt_check(task: Task, scan: LMScan, supervise_prompt: bool) -> Check:
+    n = len(scan.indices)
+    declared = f"the campaign declares supervise_prompt = {str(supervise_prompt).lower()}"
+    if scan.prompt_supervised is None:
+        # Without prompt lengths, labels that copy input_ids everywhere are the one sure sign.
+        copied = [i for i, c in zip(scan.indices, scan.copied, strict=True) if c]
+        if copied and not supervise_prompt:
+            return Check(
+                "prompt_supervision",
+                FAIL,
+                f"{len(copied)} of {n} examples have labels identical to input_ids (nothing masked, "
+                f"prompt included) but {declared} — e.g. {_listing(task, copied)}",
+                len(copied),
+                _ids(task, copied),
+            )
+        return Check(
+            "prompt_supervision",
+            PASS,
+            "the collate gives no prompt_length: prompt supervision checked only for labels that copy input_ids",
+        )
+    if supervise_prompt:
+        wrong = [i for i, p in zip(scan.indices, scan.prompt_supervised, strict=True) if not p]
+        what = "no supervised prompt token"
+    else:
+        wrong = [i for i, p in zip(scan.indices, scan.prompt_supervised, strict=True) if p]
+        copies = sum(1 for i in wrong if scan.copied[i])
+        what = "supervised prompt tokens (the instruction is not masked" + (
+            f"; labels identical to input_ids in {copies})" if copies else ")"
+        )
+    if not wrong:
+        return Check("prompt_supervision", PASS, f"prompt supervision matches: {declared}")
+    return Check(
+        "prompt_supervision",
+        FAIL,
+        f"{len(wrong)} of {n} examples ({pct(len(wrong), n)}%) have {what} but {declared} — "
+        f"e.g. {_listing(task, wrong)}",
+        len(wrong),
+        _ids(task, wrong),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Causal LM: the shown examples, token by token
+
+
+def _piece(task: Task, token: int) -> str:
+    return task.decode_token(token) if task.decode_token is not None else str(token)
+
+
+def role_of(position: int, label: int, real: bool, ignore: int) -> str:
+    """What the loss does with one position (see the module docstring for the shift)."""
+    if position >= 1 and label != ignore:
+        return "supervised"  # counted even on a padding position: that is what the loss sees
+    return "ignored" if real else "padding"
+
+
+def render(tokens: Sequence[Mapping[str, Any]]) -> str:
+    """One readable line: `[...]` supervised, plain ignored, `·` padding, `✂(...)` cut."""
+    out: list[str] = []
+    current = ""
+    for tok in tokens:
+        role = tok["role"]
+        if role != current:
+            if current in ("supervised", "cut"):
+                out.append("]" if current == "supervised" else ")")
+            if role == "supervised":
+                out.append("[")
+            elif role == "cut":
+                out.append("✂(")
+            current = role
+        out.append("·" if role == "padding" else str(tok["piece"]))
+    if current in ("supervised", "cut"):
+        out.append("]" if current == "supervised" else ")")
+    return "".join(out)
+
+
+def show_lm(
+    task: Task,
+    indices: Sequence[int],
+    max_length: int,
+    microbatch: int,
+    scan: LMScan,
+    split_of: Mapping[int, str],
+) -> list[dict[str, Any]]:
+    """The shown examples exactly as collated for training, in microbatches, plus what was cut."""
+    shown = []
+    position = {i: k for k, i in enumerate(scan.indices)}
+    ignore = task.ignore_index
+    for start in range(0, len(indices), max(1, microbatch)):
+        chunk = list(indices[start : start + max(1, microbatch)])
+        batch = task.collate([task.examples[i] for i in chunk], max_length)
+        full = task.collate([task.examples[i] for i in chunk], 0)
+        real, full_real = _real_mask(batch), _real_mask(full)
+        width = batch["input_ids"].shape[1]
+        for r, index in enumerate(chunk):
+            ids = batch["input_ids"][r].tolist()
+            labels = batch["labels"][r].tolist()
+            mask = real[r].tolist()
+            tokens = [
+                {
+                    "piece": _piece(task, ids[t]),
+                    "id": int(ids[t]),
+                    "mask": int(mask[t]),
+                    "label": int(labels[t]),
+                    "role": role_of(t, labels[t], bool(mask[t]), ignore),
+                }
+                for t in range(width)
+            ]
+            kept = int(real[r].sum())
+            full_len = int(full_real[r].sum())
+            full_ids = full["input_ids"][r].tolist()
+            full_labels = full["labels"][r].tolist()
+            # Show the lost tail only when truncation really kept the head of the sequence.
+            if full_len > kept and full_ids[:kept] == ids[:kept]:
+                tokens += [
+                    {
+                        "piece": _piece(task, full_ids[t]),
+                        "id": int(full_ids[t]),
+                        "mask": 0,
+                        "label": int(full_labels[t]),
+                        "role": "cut",
+                    }
+                    for t in range(kept, full_len)
+                ]
+            k = position[index]
+            summary: dict[str, Any] = {
+                "index": index,
+                "id": example_id(task, index),
+                "split": split_of.get(index, ""),
+                "raw_length": scan.raw_length[k],
+                "truncated_length": scan.truncated_length[k],
+                "padded_length": width,
+                "supervised": scan.supervised[k],
+                "response_cut": scan.response_cut[k],
+            }
+            if scan.prompt_length is not None and scan.prompt_supervised is not None:
+                summary["prompt_length"] = scan.prompt_length[k]
+                summary["prompt_supervised"] = scan.prompt_supervised[k]
+            summary["flags"] = _lm_flags(scan, k)
+            summary["text"] = render(tokens)
+            summary["tokens"] = tokens
+            shown.append(summary)
+    return shown
+
+
+def _lm_flags(scan: LMScan, k: int) -> list[str]:
+    flags = []
+    if scan.supervised[k] == 0:
+        flags.append("no supervised token")
+    if scan.prompt_supervised is not None and scan.prompt_supervised[k]:
+        flags.append("prompt supervised")
+    if scan.response_cut[k]:
+        flags.append("response cut")
+    if scan.padding_supervised[k]:
+        flags.append("padding supervised")
+    return flags
+
+
+# ------------------------------------------------------------------------------------------
+# Classification
+
+
+@dataclass
+class ClassScan:
+    """Every example's label, and what the task says it means (when it can)."""
+
+    indices: list[int]
+    labels: list[int]
+    meanings: list[str] | None
+
+
+def scan_classification(task: Task) -> ClassScan:
+    indices = list(range(len(task.examples)))
+    labels: list[int] = []
+    for _chunk, batch in batches(task, indices, 0):
+        labels += [int(x) for x in batch["labels"].reshape(-1).tolist()]
+    if len(labels) != len(indices):
+        raise ValueError(
+            f"the collate returned {len(labels)} labels for {len(indices)} examples: one class id per example expected"
+        )
+    meanings = None
+    if task.label_meaning is not None:
+        meanings = [str(task.label_meaning(task.examples[i])) for i in indices]
+    return ClassScan(indices, labels, meanings)
+
+
+def class_names_in_use(task: Task, declared: Sequence[str]) -> list[str]:
+    return list(declared) if declared else list(task.class_names or [])
+
+
+def classification_checks(task: Task, scan: ClassScan, declared: Sequence[str]) -> list[Check]:
+    """Label range (fail), declared names against the task's (fail), a name used twice (fail),
+    names against what the labels mean (fail, first mismatching ids), a class never seen (warn)."""
+    names = class_names_in_use(task, declared)
+    n = len(scan.indices)
+    checks = []
+    ncls = len(names)
+    if ncls:
+        bad = [i for i, y in zip(scan.indices, scan.labels, strict=True) if not 0 <= y < ncls]
+        if bad:
+            values = sorted({scan.labels[i] for i in bad})
+            checks.append(
+                Check(
+                    "label_range",
+                    FAIL,
+                    f"{len(bad)} of {n} labels are outside [0, {ncls}) for {ncls} class names "
+                    f"(values {values[:SHOW_IDS]}) — e.g. {_listing(task, bad)}",
+                    len(bad),
+                    _ids(task, bad),
+                )
+            )
+        else:
+            checks.append(Check("label_range", PASS, f"every label is in [0, {ncls})"))
+    else:
+        checks.append(
+            Check(
+                "label_range",
+                WARN,
+                "neither the campaign (task.class_names) nor the task names the classes: "
+                "the label range and the id -> name mapping cannot be checked",
+            )
+        )
+
+    if scan.meanings is not None and ncls:
+        checks.append(_meaning_check(task, scan, names))
+
+    task_names = list(task.class_names or [])
+    twice = sorted({x for x in task_names if task_names.count(x) > 1})
+    if twice:
+        checks.append(
+            Check(
+                "class_names",
+                FAIL,
+                f"the task's class names use {', '.join(map(repr, twice))} twice",
+                len(twice),
+            )
+        )
+    elif declared and task_names and list(declared) != task_names:
+        diffs = [
+            f"id {k}: declared {_name(declared, k)!r}, the task says {_name(task_names, k)!r}"
+            for k in range(max(len(declared), len(task_names)))
+            if _name(declared, k) != _name(task_names, k)
+        ]
+        checks.append(
+            Check(
+                "class_names",
+                FAIL,
+                f"the declared class_names disagree with the task's ({'; '.join(diffs[:4])})",
+                len(diffs),
+            )
+        )
+    else:
+        source = "declared" if declared else "the task's"
+        checks.append(Check("class_names", PASS, f"{ncls} class names ({source}), each used once"))
+
+    if ncls:
+        counts = collections.Counter(scan.labels)
+        unseen = [k for k in range(ncls) if counts[k] == 0]
+        if unseen:
+            checks.append(
+                Check(
+                    "class_coverage",
+                    WARN,
+                    "class "
+                    + ", ".join(f"{k} {names[k]!r}" for k in unseen[:SHOW_IDS])
+                    + f" never appears in the {n} labels: the mapping is not a bijection with the data",
+                    len(unseen),
+                )
+            )
+        else:
+            checks.append(Check("class_coverage", PASS, f"each of the {ncls} classes appears in the labels"))
+    return checks
+
+
+def _name(names: Sequence[str], k: int) -> str:
+    return names[k] if 0 <= k < len(names) else "(none)"
+
+
+def _meaning_check(task: Task, scan: ClassScan, names: Sequence[str]) -> Check:
+    assert scan.meanings is not None
+    by_id: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    wrong: list[int] = []
+    for i, y, meaning in zip(scan.indices, scan.labels, scan.meanings, strict=True):
+        by_id[y][meaning] += 1
+        if 0 <= y < len(names) and names[y] != meaning:
+            wrong.append(i)
+    if not wrong:
+        return Check("label_meaning", PASS, "every label's name matches what the example means")
+    first_ids = sorted({scan.labels[i] for i in wrong})
+    parts = [
+        f"id {k} is named {names[k]!r} but its examples are {by_id[k].most_common(1)[0][0]!r}"
+        for k in first_ids[:4]
+    ]
+    data_says = ", ".join(
+        f"{k}={by_id[k].most_common(1)[0][0]}" for k in sorted(by_id) if 0 <= k < len(names)
+    )
+    return Check(
+        "label_meaning",
+        FAIL,
+        f"the class names disagree with what the labels mean in {len(wrong)} of {len(scan.indices)} "
+        f"examples: {'; '.join(parts)} (the data says {data_says}) — e.g. {_listing(task, wrong)}",
+        len(wrong),
+        _ids(task, wrong),
+    )
+
+
+def class_counts(scan: ClassScan, names: Sequence[str]) -> list[dict[str, Any]]:
+    counts = collections.Counter(scan.labels)
+    ids = sorted(set(counts) | set(range(len(names))))
+    return [{"id": k, "name": _name(names, k), "count": counts[k]} for k in ids]
+
+
+def show_classification(
+    task: Task, indices: Sequence[int], scan: ClassScan, names: Sequence[str], split_of: Mapping[int, str]
+) -> list[dict[str, Any]]:
+    """Id -> name per shown example, with what the example means when the task can say."""
+    shown = []
+    batch = task.collate([task.examples[i] for i in indices], 0)
+    for r, index in enumerate(indices):
+        y = scan.labels[index]
+        item: dict[str, Any] = {
+            "index": index,
+            "id": example_id(task, index),
+            "split": split_of.get(index, ""),
+            "label": y,
+            "name": _name(names, y),
+        }
+        flags = []
+        if scan.meanings is not None:
+            item["meaning"] = scan.meanings[index]
+            if names and item["name"] != item["meaning"]:
+                flags.append("name disagrees with meaning")
+        if names and not 0 <= y < len(names):
+            flags.append("label out of range")
+        if "features" in batch:
+            values = batch["features"][r].reshape(-1)[:8].tolist()
+            more = " …" if batch["features"][r].numel() > 8 else ""
+            item["input"] = ", ".join(f"{v:.3g}" for v in values) + more
+        elif "input_ids" in batch:
+            # Text classification: the real tokens, decoded, as the model gets them.
+            real = _real_mask(batch)[r]
+            pieces = [_piece(task, int(t)) for t in batch["input_ids"][r][real].tolist()]
+            sep = "" if task.decode_token is not None else " "
+            item["input"] = sep.join(pieces)
+        item["flags"] = flags
+        item["text"] = f"{y} -> {item['name']}" + (f" (means {item['meaning']})" if "meaning" in item else "")
+        shown.append(item)
+    return shown
+
+
+# ------------------------------------------------------------------------------------------
+# The whole inspection
+
+
+def pick_shown(first: Sequence[int], offenders: Sequence[int], k: int) -> list[int]:
+    """The first `k` training examples, with the first offender of each failing check swapped in
+    at the end, so what a check complains about is on screen."""
+    extra = [i for i in dict.fromkeys(offenders) if i not in first[:k]][:k]
+    base = list(first[: k - len(extra)])
+    return base + extra
+
+
+def inspect_task(
+    task: Task,
+    *,
+    max_length: int,
+    supervise_prompt: bool,
+    declared_names: Sequence[str],
+    show: int,
+    microbatch: int,
+    splits: Mapping[str, Sequence[int]],
+) -> CheckResult:
+    """Scan the whole dataset, run the checks, render `show` examples; see docs/checks.md."""
+    split_of = {i: name for name, idx in splits.items() for i in idx}
+    train = list(splits.get("train", [])) or list(range(len(task.examples)))
+    details: dict[str, Any] = {"kind": task.kind, "examples_scanned": len(task.examples)}
+    if task.kind == CAUSAL_LM:
+        scan = scan_lm(task, max_length)
+        checks = lm_checks(task, scan, max_length, supervise_prompt)
+        offenders = [
+            next((i for i, s in zip(scan.indices, scan.supervised, strict=True) if s == 0), None),
+            next(
+                (
+                    i
+                    for i, p in zip(scan.indices, scan.prompt_supervised or [], strict=False)
+                    if p != supervise_prompt
+                ),
+                None,
+            ),
+            next((i for i, p in zip(scan.indices, scan.padding_supervised, strict=True) if p), None),
+            next((i for i, c in zip(scan.indices, scan.response_cut, strict=True) if c), None),
+        ]
+        shown = pick_shown(train, [i for i in offenders if i is not None], show)
+        total = len(scan.indices)
+        details |= {
+            "max_length": max_length,
+            "supervise_prompt": supervise_prompt,
+            "prompt_known": scan.prompt_length is not None,
+            "supervised_tokens": sum(scan.supervised),
+            "zero_supervised": sum(1 for s in scan.supervised if s == 0),
+            "prompt_supervised": sum(scan.prompt_supervised) if scan.prompt_supervised is not None else 0,
+            "labels_copy_inputs": sum(scan.copied),
+            "responses_cut": sum(scan.response_cut),
+            "responses_cut_pct": pct(sum(scan.response_cut), total),
+            "raw_length_max": max(scan.raw_length),
+            "raw_length_mean": round(sum(scan.raw_length) / total, 2),
+            "legend": LEGEND,
+            "examples": show_lm(task, shown, max_length, microbatch, scan, split_of),
+        }
+    else:
+        cscan = scan_classification(task)
+        names = class_names_in_use(task, declared_names)
+        checks = classification_checks(task, cscan, declared_names)
+        wrong_meaning = []
+        if cscan.meanings is not None and names:
+            wrong_meaning = [
+                i
+                for i, y, m in zip(cscan.indices, cscan.labels, cscan.meanings, strict=True)
+                if 0 <= y < len(names) and names[y] != m
+            ]
+        out_of_range = [
+            i for i, y in zip(cscan.indices, cscan.labels, strict=True) if names and not 0 <= y < len(names)
+        ]
+        shown = pick_shown(train, (wrong_meaning[:1] + out_of_range[:1]), show)
+        details |= {
+            "class_names": names,
+            "class_names_source": "declared" if declared_names else ("task" if names else "none"),
+            "num_classes": len(names),
+            "label_min": min(cscan.labels),
+            "label_max": max(cscan.labels),
+            "class_counts": class_counts(cscan, names),
+            "examples": show_classification(task, shown, cscan, names, split_of),
+        }
+    verdict, reason = verdict_of(checks)
+    details["checks"] = [c.as_dict() for c in checks]
+    return CheckResult(verdict, reason, details)
