@@ -51,6 +51,9 @@ def campaign_steps(spec: CampaignSpec) -> list[Step]:
     steps = [Step(step_key(p), p) for p in (*STACK_PHASES, *DATA_PHASES, *ENGINE_PHASES)]
     for variant in spec.variants:
         steps += [Step(step_key(p, variant.id), p, variant.id) for p in VARIANT_PHASES]
+    if spec.fit_search is not None:
+        # Largest microbatch (and max length) that fits, after the declared variants (R11).
+        steps.append(Step(step_key("fit_search"), "fit_search"))
     if spec.lr_board is not None:
         board = spec.lr_board
         for lr in (board.control, *board.variants):

@@ -16,6 +16,7 @@ from ..events import Message, PhaseProgress
 from ..spec import LoadedSpec, VariantSpec
 from ..splits import field_split, group_split
 from ..tasks.contract import Task
+from ..variants import accumulation_for
 from .training import TrainConfig, TrainState, build_state
 
 
@@ -44,6 +45,8 @@ class RunContext:
     memo: dict[str, Any] = field(default_factory=dict)
     # Every row this runner produced, in order, so later phases can compare with earlier ones.
     rows: list[dict[str, Any]] = field(default_factory=list)
+    # States moved off the device while another configuration is measured (runner/residency.py).
+    parked: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         s = self.loaded.spec
@@ -108,8 +111,17 @@ class RunContext:
                     f"accumulation {b.accumulation} -> {accumulation} keeps the effective batch "
                     f"{b.microbatch * b.accumulation * b.replicas}"
                 )
+            elif microbatch != b.microbatch:
+                # Not a divisor: the nearest accumulation above, and the row says the batch moved.
+                accumulation, _ = accumulation_for(b.microbatch * b.accumulation, microbatch)
             else:
                 accumulation = b.accumulation
+        if microbatch * accumulation != b.microbatch * b.accumulation:
+            # Never silent: a changed effective batch is a different experiment (R11, R12).
+            notes.append(
+                f"effective batch {b.microbatch * b.accumulation * b.replicas} -> "
+                f"{microbatch * accumulation * b.replicas}: not kept"
+            )
         ckpt = ov.get("activation_checkpointing", v.activation_checkpointing)
         acc = self.accounting(microbatch, accumulation)
         cfg = TrainConfig(
@@ -147,7 +159,13 @@ class RunContext:
         current = self.states.get(variant)
         if current is None or current.config != config:
             self.states.pop(variant, None)
+            self.parked.discard(variant)
             current = self.states[variant] = self.new_state(config)
+        elif variant in self.parked:
+            from .residency import unpark
+
+            unpark(current, self.device)
+            self.parked.discard(variant)
         return current
 
     def with_config(self, variant: str, **changes: Any) -> TrainConfig:

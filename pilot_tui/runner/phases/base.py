@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ...events import PhaseFinished, PhaseStarted
+from ...events import PhaseFinished, PhaseStarted, RunnerError
 from ...steps import Step
 from ..context import Cancelled, RunContext
 from ..probes import MemoryProbe, synchronize
@@ -53,6 +53,32 @@ class PhaseRun:
 
 PhaseFn = Callable[[RunContext, PhaseRun], Outcome]
 PHASES: dict[str, PhaseFn] = {}
+# Hooks around every step (e.g. the variant comparison, R11): before the probe starts, and after
+# the row is recorded. A failing hook is reported and never takes the row or the runner down.
+StepHook = Callable[[RunContext, Step], None]
+RowHook = Callable[[RunContext, Step, dict[str, Any]], None]
+BEFORE_STEP: list[StepHook] = []
+AFTER_ROW: list[RowHook] = []
+
+
+def before_step(fn: StepHook) -> StepHook:
+    """Register a hook run before every step's measurement starts."""
+    BEFORE_STEP.append(fn)
+    return fn
+
+
+def after_row(fn: RowHook) -> RowHook:
+    """Register a hook run after every step's row is recorded and emitted."""
+    AFTER_ROW.append(fn)
+    return fn
+
+
+def _run_hooks(ctx: RunContext, hooks: list, *args: Any) -> None:
+    for hook in hooks:
+        try:
+            hook(ctx, *args)
+        except Exception as exc:
+            ctx.emit(RunnerError(message=f"{hook.__name__}: {type(exc).__name__}: {exc}"))
 
 
 def phase(name: str) -> Callable[[PhaseFn], PhaseFn]:
@@ -98,6 +124,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     ctx.cancel.clear()
     ctx.emit(PhaseStarted(step=step.key, phase=step.phase, variant=step.variant, params=run.params))
     started = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+    _run_hooks(ctx, BEFORE_STEP, step)
     probe = MemoryProbe(ctx.device)
     probe.start()
     t0 = time.perf_counter()
@@ -122,7 +149,9 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     memory = probe.stop()
     over = _gate(ctx, run, probe, memory, seconds)
     if over and outcome.verdict != FAIL:
-        outcome.verdict, outcome.reason = FAIL, over
+        # Same fields as an out-of-memory: the reason names the input that went over (R10).
+        shape = f" on input {run.current_input}" if run.current_input else ""
+        outcome.verdict, outcome.reason = FAIL, f"{over} in {step.phase}{shape}"
         outcome.details.setdefault("input", run.current_input)
     row = {
         "name": step.phase,
@@ -138,6 +167,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     }
     ctx.rows.append(row)
     ctx.emit(PhaseFinished(step=step.key, row=row))
+    _run_hooks(ctx, AFTER_ROW, step, row)
     return row
 
 

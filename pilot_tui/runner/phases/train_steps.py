@@ -28,6 +28,10 @@ def _update(ctx: RunContext, run: PhaseRun, state: TrainState) -> UpdateStats:
     return stats
 
 
+# Overflowing updates the fp16 scaler may skip before the first real step (it halves each time).
+MAX_SCALER_SKIPS = 32
+
+
 @phase("first_step")
 def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
@@ -36,6 +40,18 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         ctx.states.pop(variant)
         state = ctx.state(variant, ctx.config(variant, run.overrides))
     stats = _update(ctx, run, state)
+    # fp16: an overflow at the initial scale makes GradScaler skip the optimizer step and back off.
+    # That is its design, not a fault, but then no optimizer state exists yet: repeat until a real
+    # step is taken, so this phase measures what a first step allocates (R5, R11).
+    skipped = 0
+    while (
+        state.scaler.is_enabled()
+        and not finite(float(stats.grad_norm))
+        and finite(float(stats.loss))
+        and skipped < MAX_SCALER_SKIPS
+    ):
+        skipped += 1
+        stats = _update(ctx, run, state)
     loss, gn = float(stats.loss), float(stats.grad_norm)
     details = {
         "loss": loss,
@@ -46,6 +62,9 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         "optimizer_state_mb": optimizer_state_mb(state),
         "lr": state.scheduler.get_last_lr()[0],
     }
+    if state.scaler.is_enabled():
+        details["grad_scale"] = state.scaler.get_scale()
+        details["scaler_skipped_updates"] = skipped
     if not finite(loss) or not finite(gn):
         raise PhaseFailure(
             f"non-finite {'loss' if not finite(loss) else 'gradient norm'} at the first update", details

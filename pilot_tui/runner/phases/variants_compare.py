@@ -1,0 +1,239 @@
+"""The memory-variant comparison (R11, R12): one `[[variants]]` entry after each variant's last step.
+
+Not a phase of its own: a hook that runs after the row of a variant's last measured phase
+(`eval_longest`, or the last one not skipped), whatever its verdict, so a variant that ran out of
+memory still gets its line in the table. The control gets one too, after its own eval_longest,
+so the table holds the reference every ratio is taken against.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ... import variants as vmath
+from ...events import RecordUpdate
+from ...steps import VARIANT_PHASES, Step
+from ...tasks.contract import CAUSAL_LM
+from .. import objective
+from ..context import RunContext
+from ..residency import MIB, park_others, state_bytes, tensors_bytes
+from ..training import TrainState, autocast, collate
+from .base import after_row, before_step
+
+ENTRIES = "variant_entries"  # ctx.memo key: id -> the entry emitted for it
+TARGETS = "variant_targets"  # ctx.memo key: max_length -> per-example supervised targets
+CHUNK = 64  # examples per collate call when scanning the train set
+
+
+def last_measured_phase(ctx: RunContext) -> str | None:
+    """The variant phase after which the comparison is made (eval_longest unless skipped)."""
+    kept = [p for p in VARIANT_PHASES if p not in ctx.spec.phases.skip]
+    return kept[-1] if kept else None
+
+
+@before_step
+def measure_alone(ctx: RunContext, step: Step) -> None:
+    """Park every other training state off the device before a measured variant phase (CUDA).
+
+    LR runs build their own fresh state too: the control's need not sit under them either.
+    """
+    if step.phase in VARIANT_PHASES or step.phase in ("fit_search", "lr_run"):
+        park_others(ctx.states, step.variant, ctx.parked, ctx.device)
+
+
+@after_row
+def compare_variant(ctx: RunContext, step: Step, row: dict[str, Any]) -> None:
+    """After a variant's last measured phase: emit its comparison entry, then free its state."""
+    if step.phase != last_measured_phase(ctx) or step.phase not in VARIANT_PHASES:
+        return
+    entry = build_entry(ctx, step.variant)
+    ctx.memo.setdefault(ENTRIES, {})[step.variant] = entry
+    ctx.emit(RecordUpdate(section="variants", value=entry))
+    if step.variant != "control":
+        # A measured variant is done: its weights and optimizer state must not sit on the device
+        # under the next one (a rerun of its steps rebuilds it from the same seed).
+        ctx.states.pop(step.variant, None)
+        ctx.parked.discard(step.variant)
+        gc.collect()
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
+    """The flat comparison entry of one variant from its rows, its tensors and its targets."""
+    rows = vmath.latest_rows(ctx.rows, variant)
+    params = next((dict(r.get("params") or {}) for r in rows.values()), None) or ctx.config(variant).params()
+    params.setdefault("device", str(ctx.device))
+    state = ctx.states.get(variant)
+    peak = vmath.peaks(rows.values())
+    breakdown: dict[str, Any] = {}
+    if state is not None:
+        own = state_bytes(state)
+        others = sum(
+            tensors_bytes(_all_tensors(s), ctx.device) for name, s in ctx.states.items() if name != variant
+        )
+        baseline_rows = vmath.latest_rows(ctx.rows, variant, ("load", *VARIANT_PHASES))
+        if variant != "control":
+            baseline_rows.pop("load", None)
+        first = next((baseline_rows[p] for p in ("load", *VARIANT_PHASES) if p in baseline_rows), None)
+        baseline = (first or {}).get("memory", {}).get("baseline_rss_mb")
+        breakdown = vmath.memory_breakdown(
+            device_kind=ctx.device.type,
+            weights_mb=own["weights"] / MIB,
+            gradients_mb=own["gradients"] / MIB,
+            optimizer_state_mb=own["optimizer_state"] / MIB,
+            peak=peak,
+            other_states_mb=others / MIB,
+            process_baseline_mb=baseline,
+        )
+        try:
+            breakdown["saved_activations_mb"] = round(saved_activations(ctx, state) / MIB, 3)
+        except Exception as exc:  # e.g. the same out of memory again: the entry still goes out
+            breakdown["saved_activations_note"] = f"not measured: {type(exc).__name__}: {exc}"[:200]
+    else:
+        breakdown["memory_note"] = (
+            "no training state left to measure (the variant failed before building one)"
+        )
+    breakdown["accumulation_note"] = vmath.ACCUMULATION_NOTE
+    question = same_question(
+        ctx, variant, int(params.get("max_length", ctx.max_length)), int(params.get("effective_batch", 0))
+    )
+    control = ctx.memo.get(ENTRIES, {}).get("control") if variant != "control" else None
+    if variant != "control" and control is None and vmath.latest_rows(ctx.rows, "control"):
+        # The control ran but its entry was not built (eval_longest skipped or a rerun): build it.
+        control = build_control_reference(ctx)
+    entry = vmath.compare_entry(variant, params, rows, breakdown, question, control)
+    if variant == "control":
+        entry.pop("control_measured", None)
+        entry.pop("ratio_note", None)
+    return entry
+
+
+def build_control_reference(ctx: RunContext) -> dict[str, Any]:
+    rows = vmath.latest_rows(ctx.rows, "control")
+    ref: dict[str, Any] = vmath.peaks(rows.values()) | vmath.throughput(rows)
+    state = ctx.states.get("control")
+    if state is not None:
+        own = state_bytes(state)
+        ref["static_mb"] = sum(own.values()) / MIB
+    return ref
+
+
+def _all_tensors(state: TrainState) -> list[torch.Tensor]:
+    from ..residency import gradient_tensors, optimizer_tensors, weight_tensors
+
+    return weight_tensors(state) + gradient_tensors(state) + optimizer_tensors(state)
+
+
+# ------------------------------------------------------------------ activations, from the tensors
+
+
+def longest_train_examples(ctx: RunContext, count: int) -> list[int]:
+    """The `count` longest training examples: the microbatch with the highest activation peak."""
+    lengths = _train_targets(ctx, 0)[1]
+    train = ctx.splits["train"]
+    order = sorted(range(len(train)), key=lambda j: (-lengths[j], train[j]))
+    return [train[j] for j in order[:count]]
+
+
+def saved_activations(ctx: RunContext, state: TrainState) -> int:
+    """Bytes autograd keeps for backward in one training forward of the longest microbatch.
+
+    Measured from the tensors themselves (saved-tensor hooks), excluding the weights, so it is
+    exact on CPU too, where the process RSS cannot separate activations from the library.
+    """
+    cfg = state.config
+    chosen = longest_train_examples(ctx, cfg.microbatch)
+    batch = collate(ctx.task, [ctx.task.examples[i] for i in chosen], cfg.max_length, ctx.device)
+    weights = {p.untyped_storage().data_ptr() for p in state.model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in weights and t.device.type == ctx.device.type:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    was_training = state.model.training
+    state.model.train()
+    # An extra forward must not move the RNG the campaign's later phases will use (dropout).
+    devices = [ctx.device] if ctx.device.type == "cuda" else []
+    try:
+        with (
+            torch.random.fork_rng(devices=devices),
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+        ):
+            with autocast(ctx.device, cfg.precision):
+                logits = objective.forward(ctx.task, state.model, batch)
+                loss = objective.loss_sum(ctx.task, logits, batch)
+            del logits, loss  # the graph (and what it saved) goes with them
+    finally:
+        state.model.train(was_training)
+    return sum(seen.values())
+
+
+# ------------------------------------------------------------------ same question? (R12)
+
+
+def _targets_of(task, batch: dict[str, torch.Tensor]) -> list[tuple[tuple[int, int], ...]]:
+    labels = batch["labels"]
+    if task.kind == CAUSAL_LM and labels.dim() > 1:
+        labels = labels[:, 1:]  # the loss shifts by one: position t predicts t + 1
+    rows = labels.reshape(labels.shape[0], -1).tolist()
+    return [tuple((j, v) for j, v in enumerate(row) if v != task.ignore_index) for row in rows]
+
+
+def _train_targets(ctx: RunContext, max_length: int) -> tuple[list[tuple], list[int]]:
+    """Per training example: its supervised (position, label) targets and its collated length."""
+    cache = ctx.memo.setdefault(TARGETS, {})
+    if max_length not in cache:
+        targets: list[tuple] = []
+        lengths: list[int] = []
+        train = ctx.splits["train"]
+        for start in range(0, len(train), CHUNK):
+            examples = [ctx.task.examples[i] for i in train[start : start + CHUNK]]
+            batch = ctx.task.collate(examples, max_length)
+            targets += _targets_of(ctx.task, batch)
+            lengths += _lengths_of(batch)
+        cache[max_length] = (targets, lengths)
+    return cache[max_length]
+
+
+def _lengths_of(batch: dict[str, torch.Tensor]) -> list[int]:
+    if "raw_length" in batch:
+        return [int(x) for x in batch["raw_length"]]
+    if "attention_mask" in batch:
+        return [int(x) for x in batch["attention_mask"].sum(-1)]
+    first = next(iter(batch.values()))
+    return [int(first[0].numel())] * len(first)
+
+
+def compare_targets(control: Sequence[tuple], variant: Sequence[tuple]) -> tuple[int, int, int]:
+    """(examples whose targets differ, supervised targets lost, supervised targets of the control)."""
+    changed = sum(1 for a, b in zip(control, variant, strict=True) if a != b)
+    lost = sum(max(0, len(a) - len(b)) for a, b in zip(control, variant, strict=True))
+    return changed, lost, sum(len(a) for a in control)
+
+
+def same_question(ctx: RunContext, variant: str, max_length: int, effective_batch: int) -> dict[str, Any]:
+    """Collate the whole train set with the control's and the variant's max length and compare."""
+    control_cfg = ctx.config("control")
+    examples = len(ctx.splits["train"])
+    if variant == "control" or max_length == control_cfg.max_length:
+        changed, lost, supervised = 0, 0, 1
+    else:
+        changed, lost, supervised = compare_targets(
+            _train_targets(ctx, control_cfg.max_length)[0], _train_targets(ctx, max_length)[0]
+        )
+    return vmath.question_change(
+        examples=examples,
+        targets_changed=changed,
+        supervised_lost=lost,
+        supervised_control=supervised,
+        effective_batch=effective_batch or control_cfg.effective_batch,
+        control_effective_batch=control_cfg.effective_batch,
+    )

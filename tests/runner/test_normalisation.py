@@ -1,0 +1,135 @@
+"""Loss normalisation under accumulation (R9) and the fp16 scaler cadence (R11), with the real
+`train_update` on CPU."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from pilot_tui.runner import objective
+from pilot_tui.runner.training import TrainConfig, TrainState, build_state, collate, train_update
+from pilot_tui.tasks.demo_instruct import make_task
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # A tiny model is overhead-bound: one intra-op thread is faster on a shared CI machine, and
+    # the gradients compared here come from the same code path either way.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task(n_conversations=40, seed=3)
+
+
+def _state(task, microbatch: int, accumulation: int, precision: str = "fp32") -> TrainState:
+    cfg = TrainConfig(
+        variant=f"mb{microbatch}x{accumulation}",
+        microbatch=microbatch,
+        accumulation=accumulation,
+        replicas=1,
+        max_length=28,
+        precision=precision,
+        activation_checkpointing=False,
+        lr=1e-3,
+        seed=0,
+        total_updates=10,
+    )
+    return build_state(
+        task,
+        cfg,
+        range(len(task.examples)),
+        CPU,
+        weight_decay=0.0,
+        warmup=0,
+        schedule="constant",
+        drop_last=True,
+        data_seed=0,
+    )
+
+
+def _grads(state: TrainState) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in state.model.named_parameters() if p.grad is not None}
+
+
+def _variable_length_examples(task) -> list[int]:
+    # 16 examples whose supervised counts differ from microbatch to microbatch: the case where a
+    # mean of per-microbatch means is wrong.
+    chosen = list(range(16))
+    counts = [objective.supervised_count(task, task.collate([task.examples[i]], 28)) for i in chosen]
+    assert len(set(counts)) > 3, counts
+    return chosen
+
+
+def test_accumulated_update_equals_one_big_microbatch(task) -> None:
+    chosen = _variable_length_examples(task)
+    small = _state(task, 2, 8)
+    big = _state(task, 16, 1)
+    stats_small = train_update(small, task, CPU, 0.0, [chosen[i : i + 2] for i in range(0, 16, 2)])
+    stats_big = train_update(big, task, CPU, 0.0, [chosen])
+    assert stats_small.supervised == stats_big.supervised
+    assert torch.allclose(stats_small.loss, stats_big.loss, rtol=1e-5, atol=1e-6)
+    g_small, g_big = _grads(small), _grads(big)
+    assert g_small.keys() == g_big.keys() and g_small
+    for name in g_big:
+        assert torch.allclose(g_small[name], g_big[name], rtol=1e-4, atol=1e-6), name
+    # The check is sharp enough to catch the usual mistake: a mean of per-microbatch means.
+    wrong = _state(task, 2, 8)
+    wrong.model.train()
+    for idx in [chosen[i : i + 2] for i in range(0, 16, 2)]:
+        batch = collate(task, [task.examples[i] for i in idx], 28, CPU)
+        logits = objective.forward(task, wrong.model, batch)
+        part = objective.loss_sum(task, logits, batch) / objective.supervised_count(task, batch)
+        (part / 8).backward()
+    g_wrong = _grads(wrong)
+    assert any(not torch.allclose(g_wrong[n], g_big[n], rtol=1e-4, atol=1e-6) for n in g_big)
+
+
+def test_gradient_scaling_changes_no_gradient(task) -> None:
+    """Scaling by a power of two and unscaling once per update leaves the fp32 gradients exact."""
+    chosen = _variable_length_examples(task)
+    micro = [chosen[i : i + 4] for i in range(0, 16, 4)]
+    plain = _state(task, 4, 4)
+    scaled = _state(task, 4, 4)
+    scaled.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, enabled=True)
+    train_update(plain, task, CPU, 1.0, micro)
+    train_update(scaled, task, CPU, 1.0, micro)
+    for name, g in _grads(plain).items():
+        assert torch.allclose(_grads(scaled)[name], g, rtol=1e-6, atol=1e-8), name
+
+
+def test_fp16_scaler_updates_once_per_optimizer_step(task) -> None:
+    """fp16 autocast runs on CPU in torch 2.13; the scaler's `update()` must run once per update.
+
+    With growth_interval=1 every `update()` without an overflow doubles the scale, so after 3
+    updates of 4 microbatches the scale is init × 2**3 (per-microbatch updates would give 2**12).
+    """
+    state = _state(task, 2, 4, precision="fp16")
+    assert state.scaler.is_enabled()
+    state.scaler = torch.amp.GradScaler(
+        "cpu", init_scale=2.0**6, growth_factor=2.0, backoff_factor=0.5, growth_interval=1
+    )
+    for _ in range(3):
+        stats = train_update(state, task, CPU, 1.0)
+        assert torch.isfinite(stats.grad_norm), "an overflow would back off the scale and blur the count"
+        assert len(stats.shapes) == 4
+    assert state.scaler.get_scale() == 2.0**6 * 2**3
+    assert state.step == 3
+
+
+def test_fp16_state_gets_an_enabled_scaler_and_fp32_does_not(task) -> None:
+    assert _state(task, 2, 2, "fp16").scaler.is_enabled()
+    assert not _state(task, 2, 2, "fp32").scaler.is_enabled()
+    assert not _state(task, 2, 2, "bf16").scaler.is_enabled()
+    # Same seed, same initial weights for every variant.
+    a, b = _state(task, 2, 2), _state(task, 4, 1)
+    assert all(torch.equal(x, y) for x, y in zip(a.model.parameters(), b.model.parameters(), strict=True))
+    assert replace(a.config, microbatch=4, accumulation=1, variant=b.config.variant) == b.config
