@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from .safe_load import load_checkpoint, load_tensors
 from .training import TrainState
 
 
@@ -77,9 +79,18 @@ def save_training_state(state: TrainState, path: Path) -> None:
     _atomic(path, lambda tmp: torch.save(training_state(state), tmp))
 
 
-def load_training_state(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Safe load only: a file holding anything but tensors and plain data is refused."""
-    return torch.load(path, map_location=map_location, weights_only=True)
+def write_checkpoint(payload: dict[str, Any], path: Path) -> None:
+    """Write an already assembled `training_state` dict atomically (the resume check edits a copy
+    of it to break a resume on purpose)."""
+    _atomic(path, lambda tmp: torch.save(payload, tmp))
+
+
+def load_training_state(
+    path: Path, provenance: Mapping[str, Any], map_location: str | torch.device = "cpu"
+) -> dict[str, Any]:
+    """Safe load only: the file must match its recorded sha256 (`provenance`, the record's
+    artifact entry) and hold nothing but tensors and plain data (see `safe_load`)."""
+    return load_checkpoint(path, provenance, map_location=map_location)
 
 
 def restore_training_state(state: TrainState, saved: dict[str, Any]) -> None:
@@ -98,5 +109,6 @@ def export_weights(model: torch.nn.Module, path: Path) -> dict[str, torch.Tensor
     return tensors
 
 
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(path))
+def load_weights(path: Path, provenance: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Exported safetensors weights, after checking them against their recorded sha256."""
+    return load_tensors(path, provenance)

@@ -8,6 +8,7 @@ from ...events import RecordUpdate
 from ...hashing import artifact_entry
 from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from ..context import RunContext
+from ..control import replay_controls
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
@@ -26,7 +27,7 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     entry = artifact_entry(path, "training_checkpoint", phase="save", variant=variant, step=state.step)
     _record_artifact(ctx, entry)
     # The save is only as good as its reload: read it back with the safe rules (R17).
-    saved = load_training_state(path)
+    saved = load_training_state(path, entry)
     missing = [k for k in CHECKPOINT_KEYS if k not in saved]
     if missing:
         raise PhaseFailure(f"checkpoint lacks {', '.join(missing)}", {"artifact": entry})
@@ -53,12 +54,21 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
         path, "inference_weights", phase="export", variant=variant, step=state.step, format="safetensors"
     )
     _record_artifact(ctx, entry)
-    back = load_weights(path)
+    back = load_weights(path, entry)
     differ = [k for k, v in tensors.items() if k not in back or not torch.equal(back[k], v)]
     if differ:
         raise PhaseFailure(
             f"exported tensors differ after reload: {', '.join(differ[:5])}", {"artifact": entry}
         )
+    # The control outputs *before* the save, from the in-memory model: the final phase reloads
+    # the file in a fresh process and must get exactly these (R16).
+    controls = replay_controls(ctx.task, state.model, ctx.spec.control.inputs, ctx.max_length, ctx.device)
+    ctx.memo.setdefault("control_outputs", {})[entry["sha256"]] = controls
     return Outcome(
-        details={"artifact": entry, "tensors": len(tensors), "size_mb": round(entry["size"] / 2**20, 3)}
+        details={
+            "artifact": entry,
+            "tensors": len(tensors),
+            "size_mb": round(entry["size"] / 2**20, 3),
+            "control_outputs": [{"input": c.input, "output": c.output} for c in controls],
+        }
     )

@@ -1,0 +1,259 @@
+"""`pilot-tui export RECORD`: everything needed to re-read and reproduce a pilot (R16, R20).
+
+Pure (no torch). The archive is a folder, or a `.tar.gz` when `--out` ends with it:
+
+    record.toml        the campaign record, byte for byte
+    campaign.toml      the campaign spec as the user wrote it (the record's `spec_text`)
+    <task file>        the user's task file, when the spec names one beside it
+    metrics.json       raw metrics: every phase row (params, memory, details), runs, variants
+    manifest.toml      every artifact: path, kind, size, sha256, and its state now
+    artifacts/         the artifacts themselves, with --with-artifacts (+ SHA256SUMS)
+    INSTRUCTIONS.md    commands and versions to reproduce the pilot
+
+It is built in a temporary folder beside the target and moved into place at the end, so a
+failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from . import __version__
+from .hashing import sha256_file
+from .record import Record, RecordError, dumps
+
+
+class ArchiveError(RecordError):
+    """The archive cannot be written as asked; one line, exit code 2."""
+
+
+def _is_tar(out: Path) -> bool:
+    return out.name.endswith((".tar.gz", ".tgz"))
+
+
+def _stem(out: Path) -> str:
+    name = out.name
+    for suffix in (".tar.gz", ".tgz"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def code_revision(where: Path | None = None) -> str:
+    """The git revision of the pilot-tui code (with `+dirty` for local changes), or ""."""
+    where = where or Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if rev.returncode != 0:
+            return ""
+        status = subprocess.run(
+            ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    dirty = "+dirty" if status.returncode == 0 and status.stdout.strip() else ""
+    return rev.stdout.strip() + dirty
+
+
+def _manifest(record: Record, dest: Path | None) -> list[dict[str, Any]]:
+    """Each artifact with its state now; copy the verified ones into `dest` when given."""
+    rows = []
+    used: set[str] = set()
+    base = record.path.parent
+    for art in record.data.get("artifacts", []):
+        entry = {
+            k: art[k] for k in ("path", "kind", "size", "sha256", "phase", "variant", "step") if k in art
+        }
+        path = Path(str(art.get("path", "")))
+        if not path.is_absolute():
+            path = base / path
+        if not path.is_file():
+            # The record's folder was moved with its artifacts folder (`<record stem>/` beside it).
+            moved = base / record.path.stem / path.name
+            path = moved if moved.is_file() else path
+        if not path.is_file():
+            entry["state"] = "missing"
+        elif path.stat().st_size != art.get("size") or sha256_file(path) != art.get("sha256"):
+            # Never archive a file whose bytes are not the ones the record vouches for (R17).
+            entry["state"] = "changed since recorded (not archived)"
+        else:
+            entry["state"] = "verified"
+            if dest is not None:
+                name = path.name
+                while name in used:
+                    name = f"{Path(name).stem}_{len(used)}{Path(name).suffix}"
+                used.add(name)
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, dest / name)
+                if sha256_file(dest / name) != art.get("sha256"):
+                    raise ArchiveError(f"{path}: the copy does not match its sha256 (disk error?)")
+                entry["archived_as"] = f"artifacts/{name}"
+        rows.append(entry)
+    return rows
+
+
+def _task_file(record: Record) -> tuple[Path, str] | None:
+    """The user's task file named by the spec, when it sits beside (or under) the spec."""
+    campaign = record.data.get("campaign", {})
+    rel = str(campaign.get("spec", {}).get("task", {}).get("file", "") or "")
+    if not rel:
+        return None
+    parts = PurePosixPath(rel).parts
+    if PurePosixPath(rel).is_absolute() or ".." in parts:
+        return None
+    src = Path(str(campaign.get("spec_path", ""))).parent / rel
+    return (src, rel) if src.is_file() else None
+
+
+def _torch_pin(torch_version: str) -> str:
+    return torch_version.split("+", 1)[0] if torch_version else ""
+
+
+def _instructions(record: Record, manifest: list[dict[str, Any]], task: str, revision: str) -> str:
+    data = record.data
+    c = data.get("campaign", {})
+    env = data.get("environment", {})
+    torch_v = str(env.get("torch", ""))
+    pin = _torch_pin(torch_v)
+    cuda = str(env.get("cuda", "") or "")
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    lines = [
+        f"# Reproduce the pilot `{c.get('name', '?')}` (record {c.get('id', '?')})",
+        "",
+        f"Recorded {c.get('created', '?')} on `{env.get('platform', '?')}`, device `{env.get('device', '?')}`"
+        + (
+            f" ({', '.join(d.get('name', '?') for d in env.get('devices', []))})"
+            if env.get("devices")
+            else ""
+        )
+        + ".",
+        "",
+        "| what | version |",
+        "|---|---|",
+        f"| python | {env.get('python', '?')} |",
+        f"| torch | {torch_v or '?'}{f' (CUDA {cuda})' if cuda else ''} |",
+        f"| pilot-tui (run) | {env.get('pilot_tui', '?')} |",
+        f"| pilot-tui (archive) | {__version__} |",
+        f"| code revision | {revision or 'not available (not a git checkout)'} — read when this archive was written, {now} |",
+        f"| campaign sha256 | {c.get('spec_sha256', '?')} |",
+        "",
+        "## Files",
+        "",
+        "- `record.toml` — the campaign record (every phase row, verdicts, measured memory and durations)",
+        "- `campaign.toml` — the campaign as declared before the run",
+    ]
+    if task:
+        lines.append(f"- `{task}` — the task file the campaign names")
+    lines += [
+        "- `metrics.json` — the raw metrics of every phase, run and variant",
+        "- `manifest.toml` — every artifact with its path, size and sha256",
+    ]
+    if any("archived_as" in m for m in manifest):
+        lines.append("- `artifacts/` — the verified artifacts, and `artifacts/SHA256SUMS`")
+    install_torch = f'.venv/bin/pip install "torch=={pin}"' if pin else ".venv/bin/pip install torch"
+    if cuda and pin:
+        install_torch += f"  # a CUDA {cuda} build; on a rental image that ships torch {pin}, skip this"
+    checkout = (
+        f"git clone <pilot-tui repository> pilot-tui && cd pilot-tui && git checkout {revision.removesuffix('+dirty')}"
+        if revision
+        else "cd <a pilot-tui source checkout>"
+    )
+    lines += [
+        "",
+        "## Commands",
+        "",
+        "```sh",
+        checkout,
+        f"python{'.'.join(str(env.get('python', '3')).split('.')[:2])} -m venv .venv",
+        install_torch,
+        ".venv/bin/pip install -e .",
+        "# ARCHIVE is this folder; the campaign finds its task file beside it",
+        ".venv/bin/pilot-tui run ARCHIVE/campaign.toml --headless --records ARCHIVE/rerun",
+        "```",
+        "",
+        "Then compare the new record with `record.toml`: the same phases should pass. On CPU the resume",
+        "and final checks are bitwise, so their losses and outputs must be identical.",
+    ]
+    if revision.endswith("+dirty"):
+        lines += ["", "Note: the code had uncommitted changes when this archive was written."]
+    if any("archived_as" in m for m in manifest):
+        lines += ["", "Check the artifacts with `cd artifacts && sha256sum -c SHA256SUMS`."]
+    lines += ["", "## Verdicts", "", "| step | verdict | reason |", "|---|---|---|"]
+    for row in data.get("phases", []):
+        reason = str(row.get("reason", "")).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {row.get('step', row.get('name', '?'))} | {row.get('verdict', '?')} | {reason} |")
+    conclusion = data.get("conclusion")
+    if isinstance(conclusion, dict) and conclusion.get("text"):
+        lines += ["", "## Conclusion", "", str(conclusion["text"])]
+    lines += ["", f"Archive written by pilot-tui {__version__} with Python {platform.python_version()}.", ""]
+    return "\n".join(lines)
+
+
+def _fill(folder: Path, record: Record, with_artifacts: bool) -> None:
+    data = record.data
+    spec_text = data.get("campaign", {}).get("spec_text")
+    if not isinstance(spec_text, str):
+        raise ArchiveError(f"{record.path}: the record holds no campaign spec (campaign.spec_text)")
+    folder.mkdir(parents=True)
+    shutil.copy2(record.path, folder / "record.toml")
+    (folder / "campaign.toml").write_text(spec_text, encoding="utf-8")
+    task = _task_file(record)
+    if task:
+        (folder / task[1]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(task[0], folder / task[1])
+    metrics = {
+        k: data[k]
+        for k in ("environment", "accounting", "dataset", "phases", "runs", "variants")
+        if k in data
+    }
+    (folder / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str) + "\n", encoding="utf-8")
+    manifest = _manifest(record, folder / "artifacts" if with_artifacts else None)
+    (folder / "manifest.toml").write_text(dumps({"artifacts": manifest}), encoding="utf-8")
+    archived = [m for m in manifest if "archived_as" in m]
+    if archived:
+        sums = "".join(f"{m['sha256']}  {m['archived_as'].removeprefix('artifacts/')}\n" for m in archived)
+        (folder / "artifacts" / "SHA256SUMS").write_text(sums, encoding="utf-8")
+    text = _instructions(record, manifest, task[1] if task else "", code_revision())
+    (folder / "INSTRUCTIONS.md").write_text(text, encoding="utf-8")
+
+
+def export_archive(
+    record_path: str | Path, out: str | Path | None = None, *, with_artifacts: bool = False
+) -> Path:
+    """Write the archive of a record; return its path. RecordError (exit 2) on bad input."""
+    record = Record.read(record_path)
+    target = Path(out) if out else record.path.with_name(f"{record.path.stem}-archive")
+    if target.exists():
+        raise ArchiveError(f"{target}: already exists; choose another --out")
+    if not target.parent.is_dir():
+        raise ArchiveError(f"{target.parent}: no such folder for --out")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{_stem(target)}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
+    try:
+        folder = tmp / _stem(target)
+        _fill(folder, record, with_artifacts)
+        if _is_tar(target):
+            tar_tmp = tmp / "archive.tar.gz"
+            with tarfile.open(tar_tmp, "w:gz") as tar:
+                tar.add(folder, arcname=folder.name)
+            os.replace(tar_tmp, target)
+        else:
+            os.replace(folder, target)
+    except OSError as exc:
+        raise ArchiveError(f"{target}: cannot write the archive: {exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,96 @@
+"""Replay the campaign's control inputs through a model (R16).
+
+The same function runs in the runner on the in-memory model at export time ("before") and in a
+fresh process on the reloaded artifact ("after"), so the two outputs are comparable bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..tasks.contract import CAUSAL_LM, Task
+from . import objective
+from .training import to_device
+
+# When a causal-LM control input has no response part to size the generation on.
+DEFAULT_NEW_TOKENS = 16
+
+
+@dataclass
+class ControlOutput:
+    """What one control input produced: readable output, ids, and the raw logits."""
+
+    input: str
+    output: str
+    ids: list[int] = field(default_factory=list)
+    logits: torch.Tensor | None = None
+    how: str = ""
+    error: str = ""
+
+
+def _decode(task: Task, ids: Sequence[int]) -> str:
+    if task.decode_token is None:
+        return " ".join(str(i) for i in ids)
+    return "".join(task.decode_token(int(i)) for i in ids)
+
+
+def _greedy(task: Task, model: torch.nn.Module, prompt: torch.Tensor, budget: int) -> list[int]:
+    """Greedy decoding, one token at a time, from the prompt ids (1-D, on the model's device)."""
+    seq = prompt.clone()
+    out: list[int] = []
+    for _ in range(budget):
+        batch = {"input_ids": seq[None], "attention_mask": torch.ones_like(seq)[None]}
+        logits = objective.forward(task, model, batch)
+        nxt = int(logits[0, -1].argmax())
+        out.append(nxt)
+        seq = torch.cat([seq, torch.tensor([nxt], device=seq.device, dtype=seq.dtype)])
+    return out
+
+
+def _one(
+    task: Task, model: torch.nn.Module, text: str, max_length: int, device: torch.device
+) -> ControlOutput:
+    if task.encode_control is None:
+        return ControlOutput(text, "", error="the task defines no encode_control")
+    try:
+        example = task.encode_control(text)
+        batch = to_device(task.collate([example], max_length), device)
+    except Exception as exc:  # a bad control input is reported on its row, not a crash
+        return ControlOutput(text, "", error=f"{type(exc).__name__}: {exc}")
+    logits = objective.forward(task, model, batch)[0]
+    if task.kind != CAUSAL_LM:
+        cls = int(logits.argmax())
+        names = task.class_names or ()
+        name = names[cls] if cls < len(names) else str(cls)
+        return ControlOutput(text, name, [cls], logits.detach().float().cpu(), "class")
+    ids = batch["input_ids"][0]
+    length = int(batch["attention_mask"][0].sum()) if "attention_mask" in batch else ids.numel()
+    prompt_len = int(batch["prompt_length"][0]) if "prompt_length" in batch else length
+    prompt_len = max(1, min(prompt_len, length))
+    # Generate as many tokens as the control example's own response holds (its end token
+    # included), so outputs are comparable without knowing the tokenizer's stop token.
+    budget = length - prompt_len or max(0, min(DEFAULT_NEW_TOKENS, max_length - prompt_len))
+    try:
+        new = _greedy(task, model, ids[:prompt_len], budget)
+        how = "greedy"
+    except Exception:
+        # A task whose forward needs more than input ids: fall back to the teacher-forced argmax.
+        new = [int(t) for t in logits[prompt_len - 1 : length - 1].argmax(-1)]
+        how = "teacher-forced argmax"
+    return ControlOutput(text, _decode(task, new), new, logits[:length].detach().float().cpu(), how)
+
+
+@torch.no_grad()
+def replay_controls(
+    task: Task, model: torch.nn.Module, inputs: Sequence[str], max_length: int, device: torch.device
+) -> list[ControlOutput]:
+    """Every control input through the model in eval mode, full precision, no randomness."""
+    was_training = model.training
+    model.eval()
+    try:
+        return [_one(task, model, text, max_length, device) for text in inputs]
+    finally:
+        model.train(was_training)

@@ -1,0 +1,130 @@
+"""`final`: reload the exported artifact in a fresh process and replay the control inputs (R16).
+
+The artifact is the latest `inference_weights` file the export phase recorded; the fresh process
+checks it against the sha256 in that record entry before reading it (R17). Its outputs must equal
+the ones the export phase computed from the in-memory model before the save: exactly on CPU,
+within `resume.tolerance` for the logits on a GPU (the decoded outputs must always be equal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..context import RunContext
+from ..control import ControlOutput
+from ..safe_load import UnsafeLoadError
+from ..worker import EXIT_REFUSED, WorkerFailed, context_args, read_tensors, start_worker
+from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
+
+
+def latest_export(ctx: RunContext) -> dict[str, Any] | None:
+    """The artifact entry of the newest export row of this runner that did not fail."""
+    for row in reversed(ctx.rows):
+        artifact = row.get("details", {}).get("artifact") or {}
+        exported = row.get("name") == "export" and row.get("verdict") != "fail"
+        if exported and artifact.get("sha256") and artifact.get("kind") == "inference_weights":
+            return artifact
+    return None
+
+
+def _compare_one(before: ControlOutput, after: dict[str, Any], logits: torch.Tensor | None, tol: float):
+    diff = None
+    same_logits = True
+    if before.logits is not None and logits is not None:
+        if before.logits.shape == logits.shape:
+            diff = float((before.logits.double() - logits.double()).abs().max()) if logits.numel() else 0.0
+            same_logits = torch.equal(before.logits, logits) if tol == 0 else diff <= tol
+        else:
+            same_logits = False
+    elif (before.logits is None) != (logits is None):
+        same_logits = False
+    same = same_logits and before.output == after["output"] and before.ids == after["ids"]
+    same = same and before.error == after["error"]
+    row = {
+        "input": before.input,
+        "before": before.output,
+        "after": after["output"],
+        "max_abs_logit_diff": diff,
+        "same": same,
+        "decoding": before.how or None,
+        "error": before.error or after["error"] or None,
+    }
+    return row
+
+
+@phase("final")
+def final(ctx: RunContext, run: PhaseRun) -> Outcome:
+    entry = latest_export(ctx)
+    if entry is None:
+        raise PhaseFailure("no exported artifact in this runner: run the export phase first")
+    before: list[ControlOutput] | None = ctx.memo.get("control_outputs", {}).get(entry["sha256"])
+    if before is None:
+        raise PhaseFailure(
+            "the outputs before the save were not kept (the export ran in an earlier runner): run export again",
+            {"artifact": entry},
+        )
+    exact = ctx.device.type == "cpu"
+    tol = 0.0 if exact else ctx.spec.resume.tolerance
+    out_dir = ctx.work_dir / "final-worker"
+    worker = start_worker(
+        "pilot_tui.runner.reload_worker",
+        [
+            *context_args(ctx),
+            "--out",
+            str(out_dir),
+            "--artifact",
+            str(entry["path"]),
+            "--sha256",
+            str(entry["sha256"]),
+            "--size",
+            str(entry["size"]),
+        ],
+        out_dir,
+    )
+    try:
+        result, seconds = worker.wait(ctx)
+    except WorkerFailed as exc:
+        what = "refused the artifact" if exc.code == EXIT_REFUSED else f"failed (exit {exc.code})"
+        raise PhaseFailure(
+            f"the fresh process {what}: {exc}", {"artifact": entry, "worker_stderr": exc.stderr}
+        ) from None
+    try:
+        tensors = read_tensors(result)
+    except UnsafeLoadError as exc:
+        raise PhaseFailure(f"the fresh process's output was refused: {exc}") from None
+    after = result["controls"]
+    controls = [
+        _compare_one(b, a, tensors.get(f"logits/{i}"), tol)
+        for i, (b, a) in enumerate(zip(before, after, strict=True))
+    ]
+    details: dict[str, Any] = {
+        "artifact": entry,
+        "sha256_verified": True,
+        "tensors_loaded": result["tensors_loaded"],
+        "comparison": "bitwise" if exact else f"logits within {tol:g}",
+        "controls": controls,
+        "fresh_process_s": round(seconds, 3),
+    }
+    bad = next((c for c in controls if not c["same"]), None)
+    if bad is not None:
+        diff = bad["max_abs_logit_diff"]
+        why = f"max |Δlogit| {diff:.3g}" if diff is not None else bad["error"] or "no logits"
+        raise PhaseFailure(
+            f"control input {bad['input']!r} differs after reload: {bad['before']!r} before the save "
+            f"vs {bad['after']!r} after ({why})",
+            details,
+        )
+    errors = [c for c in controls if c["error"]]
+    if not controls:
+        return Outcome(
+            WARN,
+            "no control inputs declared ([control] inputs): the artifact reloads, but no output was compared",
+            details,
+        )
+    if errors:
+        return Outcome(
+            WARN, f"control input {errors[0]['input']!r} could not run: {errors[0]['error']}", details
+        )
+    return Outcome(details=details)

@@ -1,0 +1,204 @@
+"""`resume`: train k, save everything, resume in a new process for n more, compare (R15).
+
+The uninterrupted run of k + n updates happens here, in the runner; the resumed run happens in
+`resume_worker`, a fresh Python process that knows only the spec and the checkpoint. Both
+observe the same quantities with the same code (`resume_check`).
+
+Test hook (not a spec key): the override `break_resume = "scheduler"` saves the LR scheduler as
+if it had just been created, and `break_resume = "data"` saves the data position as the start of
+the first epoch, so the tests can show that a broken resume fails and names what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...events import RecordUpdate
+from ...hashing import artifact_entry
+from ..checkpoint import training_state, write_checkpoint
+from ..context import RunContext
+from ..resume_check import compare, final_tensors, next_draws, observe_update
+from ..safe_load import UnsafeLoadError
+from ..worker import EXIT_REFUSED, WorkerFailed, context_args, read_tensors, start_worker
+from .base import Outcome, PhaseFailure, PhaseRun, phase
+
+BREAKS = ("scheduler", "data")
+# Only the first rows of the per-update table go into the record; the checks cover all of them.
+TABLE_ROWS = 64
+
+
+def _break(payload: dict[str, Any], how: str) -> None:
+    """Spoil a copy of the checkpoint the way real resumes go wrong (test hook)."""
+    if how == "scheduler":
+        sched = dict(payload["scheduler"])
+        sched["last_epoch"], sched["_step_count"] = 0, 1  # the schedule starts over
+        payload["scheduler"] = sched
+    elif how == "data":
+        payload["data"] = dict(payload["data"]) | {"epoch": 0, "position": 0}  # the data starts over
+
+
+def _unused(path: Path) -> Path:
+    """A name no earlier attempt used: a recorded artifact is never overwritten (R14)."""
+    candidate, i = path, 1
+    while candidate.exists():
+        i += 1
+        candidate = path.with_name(f"{path.stem}-{i}{path.suffix}")
+    return candidate
+
+
+@phase("resume")
+def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
+    spec = ctx.spec.resume
+    overrides = dict(run.overrides)
+    breaking = str(overrides.pop("break_resume", "") or "")
+    if breaking and breaking not in BREAKS:
+        raise PhaseFailure(f"break_resume must be one of {', '.join(BREAKS)}, got {breaking!r}")
+    k, n = spec.k, spec.n
+    variant = run.step.variant
+    config = ctx.config(variant, overrides)
+    exact = ctx.device.type == "cpu"
+    tol = 0.0 if exact else spec.tolerance
+    grad_clip = ctx.spec.optim.grad_clip
+    timings: dict[str, float] = {}
+    total = k + n + 1  # the last unit is the new process
+
+    # A fresh state of its own: the check never moves the campaign's control state.
+    t0 = time.perf_counter()
+    state = ctx.new_state(config)
+    per_epoch = state.sampler.updates_per_epoch
+    for i in range(k):
+        ctx.check_cancel()
+        run.current_input = {"update": i + 1, "of": k + n, "microbatch": config.microbatch}
+        observe_update(state, ctx.task, ctx.device, grad_clip)
+        ctx.progress(run.step.key, i + 1, total, message="before the save")
+    timings["train_k_s"] = time.perf_counter() - t0
+
+    t = time.perf_counter()
+    payload = training_state(state)
+    saved_position = dict(payload["data"])
+    if breaking:
+        _break(payload, breaking)
+    path = _unused(ctx.work_dir / f"resume-{variant}-step{k}{'-broken-' + breaking if breaking else ''}.pt")
+    write_checkpoint(payload, path)
+    del payload
+    entry = artifact_entry(
+        path, "resume_checkpoint", phase="resume", variant=variant, step=k, broken=breaking or None
+    )
+    ctx.emit(RecordUpdate(section="artifacts", value={k2: v for k2, v in entry.items() if v is not None}))
+    timings["save_s"] = time.perf_counter() - t
+
+    # The uninterrupted run goes on in this process first; the new process starts after it, so
+    # the two never compete for the CPU threads (OpenMP threads of two busy processes on the
+    # same cores slow each other down many times over).
+    t = time.perf_counter()
+    reference = []
+    for i in range(n):
+        ctx.check_cancel()
+        run.current_input = {"update": k + i + 1, "of": k + n, "microbatch": config.microbatch}
+        reference.append(observe_update(state, ctx.task, ctx.device, grad_clip))
+        ctx.progress(run.step.key, k + i + 1, total, message="uninterrupted")
+    ref_python_draw, ref_draws = next_draws(ctx.device)
+    ref_tensors = {key: v.cpu() for key, v in (final_tensors(state) | ref_draws).items()}
+    timings["uninterrupted_n_s"] = time.perf_counter() - t
+
+    out_dir = path.with_suffix(".worker")
+    worker = start_worker(
+        "pilot_tui.runner.resume_worker",
+        [
+            *context_args(ctx),
+            "--out",
+            str(out_dir),
+            "--checkpoint",
+            str(path),
+            "--sha256",
+            entry["sha256"],
+            "--size",
+            str(entry["size"]),
+            "--config",
+            json.dumps(config.params()),
+            "--updates",
+            str(n),
+        ],
+        out_dir,
+    )
+    ctx.progress(run.step.key, k + n, total, message="resuming in a new process")
+    try:
+        result, worker_s = worker.wait(ctx)
+    except WorkerFailed as exc:
+        what = "refused the checkpoint" if exc.code == EXIT_REFUSED else f"failed (exit {exc.code})"
+        raise PhaseFailure(
+            f"the resumed process {what}: {exc}",
+            {"artifact": entry, "worker_stderr": exc.stderr, "break_resume": breaking},
+        ) from None
+    timings["new_process_s"] = worker_s
+
+    try:
+        res_tensors = read_tensors(result)
+    except UnsafeLoadError as exc:
+        raise PhaseFailure(f"the resumed process's output was refused: {exc}") from None
+    cmp = compare(
+        reference,
+        result["updates"],
+        ref_tensors,
+        res_tensors,
+        ref_python_draw,
+        float(result["python_draw"]),
+        tol,
+    )
+    ref_scaler = {key: float(v) for key, v in state.scaler.state_dict().items()}
+    if ref_scaler:
+        cmp.checks["grad_scaler"] = {"ok": ref_scaler == result["scaler"], "uninterrupted": ref_scaler}
+        if ref_scaler != result["scaler"]:
+            cmp.differ(k + n, "grad scaler state", ref_scaler, result["scaler"])
+    epochs = sorted({int(r["epoch"]) for r in reference})
+    timings["total_s"] = time.perf_counter() - t0
+    details: dict[str, Any] = {
+        "k": k,
+        "n": n,
+        "variant": variant,
+        "updates_per_epoch": per_epoch,
+        "crosses_epoch_boundary": len(epochs) > 1,
+        "epochs_after_resume": epochs,
+        "saved_position": saved_position,
+        "resumed_at": result["resumed_at"],
+        # The sampler jumps to (epoch, position): batches drawn in the new process = n, never k + n.
+        "batches_drawn_after_resume": len(result["updates"]),
+        "comparison": "bitwise" if exact else f"within tolerance {tol:g}",
+        "checks": cmp.checks,
+        "first_difference": cmp.first,
+        "per_update": [
+            {
+                "update": int(a["step"]),
+                "epoch": int(a["epoch"]),
+                "lr": a["lr"],
+                "lr_resumed": b["lr"],
+                "loss": a["loss"],
+                "loss_resumed": b["loss"],
+                "same_batch": a["batch"] == b["batch"],
+            }
+            for a, b in list(zip(reference, result["updates"], strict=False))[:TABLE_ROWS]
+        ],
+        "artifact": entry,
+        "break_resume": breaking or None,
+        "new_process": {
+            "seconds": round(worker_s, 3),
+            "threads": torch.get_num_threads(),
+            "inside_s": {key: round(v, 4) for key, v in result.get("timings_s", {}).items()},
+        },
+        "timings_s": {key: round(v, 4) for key, v in timings.items()},
+    }
+    if not cmp.ok:
+        raise PhaseFailure(cmp.reason(), details)
+    notes = []
+    if len(epochs) < 2:
+        notes.append(
+            f"k + n = {k + n} stays inside one epoch of {per_epoch} updates: the epoch boundary is not "
+            "covered (choose k just below a multiple of updates_per_epoch)"
+        )
+    details["notes"] = notes
+    return Outcome(details=details)

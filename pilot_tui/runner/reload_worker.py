@@ -1,0 +1,57 @@
+"""The final reload, in a *fresh process* (R16, R17).
+
+`python -m pilot_tui.runner.reload_worker --spec CAMPAIGN --spec-sha256 H --artifact FILE
+--sha256 H --size N --out DIR`
+
+Builds the task's model from scratch, loads the exported safetensors only after checking them
+against the sha256 the record holds, replays the campaign's control inputs and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .control import replay_controls
+from .safe_load import load_tensors
+from .worker import add_context_args, run_worker_main, worker_context, write_result
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.reload_worker")
+    add_context_args(p)
+    p.add_argument("--artifact", type=Path, required=True)
+    p.add_argument("--sha256", required=True, help="the artifact's recorded sha256")
+    p.add_argument("--size", type=int, default=None, help="the artifact's recorded size in bytes")
+    return p
+
+
+def reload(args: argparse.Namespace) -> None:
+    ctx = worker_context(args)
+    provenance = {"path": str(args.artifact), "sha256": args.sha256, "size": args.size}
+    tensors = load_tensors(args.artifact, provenance)
+    model = ctx.task.build_model()
+    # strict: every exported tensor must find its place and every weight must be in the file.
+    model.load_state_dict(tensors, strict=True)
+    model.to(ctx.device)
+    outputs = replay_controls(ctx.task, model, ctx.spec.control.inputs, ctx.max_length, ctx.device)
+    write_result(
+        args.out,
+        {
+            "tensors_loaded": len(tensors),
+            "controls": [
+                {"input": o.input, "output": o.output, "ids": o.ids, "how": o.how, "error": o.error}
+                for o in outputs
+            ],
+        },
+        {f"logits/{i}": o.logits for i, o in enumerate(outputs) if o.logits is not None},
+    )
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    return run_worker_main(lambda: reload(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The resumed side of the resume check, in a *new process* (R15).
+
+`python -m pilot_tui.runner.resume_worker --spec CAMPAIGN --spec-sha256 H --checkpoint CKPT
+--sha256 H --size N --config JSON --updates n --out DIR`
+
+Loads the campaign and the task from scratch, verifies the checkpoint against the sha256 the
+runner recorded, loads it with `weights_only=True`, trains n more updates and writes what it
+observed: step, LR and batch ids of every update, every loss, the final weights and optimizer
+moments, and the next random draw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from .checkpoint import load_training_state, restore_training_state
+from .resume_check import final_tensors, next_draws, observe_update
+from .training import TrainConfig
+from .worker import add_context_args, run_worker_main, worker_context, write_result
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.resume_worker")
+    add_context_args(p)
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--sha256", required=True, help="the checkpoint's recorded sha256")
+    p.add_argument("--size", type=int, default=None, help="the checkpoint's recorded size in bytes")
+    p.add_argument("--config", required=True, help="the TrainConfig of the checked run, as JSON")
+    p.add_argument("--updates", type=int, required=True)
+    return p
+
+
+def resume(args: argparse.Namespace) -> None:
+    t0 = time.perf_counter()
+    ctx = worker_context(args)
+    raw = json.loads(args.config)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    raw = {key: v for key, v in raw.items() if key in names}  # params() adds derived figures
+    config = TrainConfig(**(raw | {"notes": tuple(raw.get("notes", ()))}))
+    provenance = {"path": str(args.checkpoint), "sha256": args.sha256, "size": args.size}
+    saved = load_training_state(args.checkpoint, provenance)  # refused before anything is built
+    state = ctx.new_state(config)
+    restore_training_state(state, saved)
+    # O(1): the sampler now stands at the saved (epoch, position); nothing consumed is replayed.
+    resumed_at = state.sampler.state_dict()
+    t1 = time.perf_counter()
+    steps = [
+        observe_update(state, ctx.task, ctx.device, ctx.spec.optim.grad_clip) for _ in range(args.updates)
+    ]
+    python_draw, draws = next_draws(ctx.device)
+    t2 = time.perf_counter()
+    write_result(
+        args.out,
+        {
+            "resumed_at": resumed_at,
+            "step_at_load": int(saved["step"]),
+            "updates": steps,
+            "python_draw": python_draw,
+            "scaler": {k: float(v) for k, v in state.scaler.state_dict().items()},
+            # Inside the process; the runner's figure adds the interpreter and torch import.
+            "timings_s": {"setup_and_load": t1 - t0, "train": t2 - t1},
+        },
+        final_tensors(state) | draws,
+    )
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    return run_worker_main(lambda: resume(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""Fresh processes for the resume and final checks (R15, R16), both sides of the pipe.
+
+The runner starts a worker with `python -m pilot_tui.runner.<worker> ...`; the worker loads the
+spec and the task itself (nothing is inherited but the command line), writes its results into
+an output folder (JSON + safetensors, never a pickle) and exits. Exit code 3 means a load was
+refused (hash, provenance or unsafe content), 2 bad input, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..hashing import sha256_file
+from .context import RunContext
+from .safe_load import load_tensors
+
+EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
+RESULT_FILE = "result.json"
+
+
+class WorkerFailed(Exception):
+    """The fresh process ended without a result; the message is its last error line."""
+
+    def __init__(self, message: str, code: int, stderr: list[str]) -> None:
+        super().__init__(message)
+        self.code = code
+        self.stderr = stderr
+
+
+@dataclass
+class Worker:
+    """A started worker process; `wait()` returns its result and the seconds it took."""
+
+    proc: subprocess.Popen[str]
+    out_dir: Path
+    started: float
+
+    def wait(self, ctx: RunContext | None = None, timeout_s: float = 600.0) -> tuple[dict[str, Any], float]:
+        stderr = ""
+        deadline = self.started + timeout_s
+        try:
+            while True:
+                try:
+                    _, stderr = self.proc.communicate(timeout=0.05)
+                    break
+                except subprocess.TimeoutExpired:
+                    if ctx is not None:
+                        ctx.check_cancel()  # raises Cancelled; `finally` kills the worker
+                    if time.monotonic() > deadline:
+                        raise WorkerFailed(f"the fresh process took over {timeout_s:g} s", -1, []) from None
+        finally:
+            self.kill()
+        seconds = time.monotonic() - self.started
+        lines = [ln for ln in (stderr or "").splitlines() if ln.strip()]
+        if self.proc.returncode != 0:
+            last = next((ln for ln in reversed(lines) if ln.startswith("pilot-tui worker:")), "")
+            last = last.removeprefix("pilot-tui worker:").strip() or (lines[-1] if lines else "no message")
+            raise WorkerFailed(last, self.proc.returncode, lines[-10:])
+        result_path = self.out_dir / RESULT_FILE
+        if not result_path.is_file():
+            raise WorkerFailed(f"the fresh process wrote no {RESULT_FILE}", 0, lines[-10:])
+        return json.loads(result_path.read_text()), seconds
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def start_worker(module: str, args: Sequence[str], out_dir: Path) -> Worker:
+    """Start `python -m module args...`; its stdout and stderr are captured, never inherited
+    (the runner's stdout is the event protocol)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / RESULT_FILE).unlink(missing_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    return Worker(proc, out_dir, time.monotonic())
+
+
+def context_args(ctx: RunContext) -> list[str]:
+    """What a worker needs to rebuild the campaign: the spec, its hash, the torch threads."""
+    return [
+        "--spec",
+        str(ctx.loaded.path),
+        "--spec-sha256",
+        ctx.loaded.sha256,
+        "--threads",
+        str(torch.get_num_threads()),
+    ]
+
+
+# ------------------------------------------------------------------------- worker side
+
+
+def add_context_args(parser) -> None:
+    parser.add_argument("--spec", type=Path, required=True)
+    parser.add_argument("--spec-sha256", required=True)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+
+
+def worker_context(args) -> RunContext:
+    """Load the spec and the task from scratch, as the runner did; refuse a changed spec."""
+    from ..spec import load_spec
+    from ..tasks.loader import load_task
+    from .context import pick_device
+    from .main import _die_with_parent
+
+    _die_with_parent()  # never outlive the runner
+    if args.threads:
+        # Same thread count as the runner: CPU reductions split by thread, and bitwise equality
+        # of the losses needs the same split.
+        torch.set_num_threads(args.threads)
+    loaded = load_spec(args.spec)
+    if loaded.sha256 != args.spec_sha256:
+        raise ValueError(f"{args.spec}: the campaign file changed since the runner read it")
+    task = load_task(loaded)
+    device = pick_device(loaded.spec.batch.device)
+    return RunContext(loaded, task, device, lambda _msg: None, args.out)
+
+
+def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
+    """Tensors to safetensors, everything else to JSON naming the tensors file and its sha256."""
+    from safetensors.torch import save_file
+
+    from .checkpoint import _atomic
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensor_path = out_dir / "tensors.safetensors"
+    plain = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    _atomic(tensor_path, lambda tmp: save_file(plain, tmp))
+    body = dict(result) | {
+        "tensors": {
+            "path": str(tensor_path),
+            "size": tensor_path.stat().st_size,
+            "sha256": sha256_file(tensor_path),
+        }
+    }
+    text = json.dumps(body)
+    _atomic(out_dir / RESULT_FILE, lambda tmp: Path(tmp).write_text(text))
+
+
+def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The worker's tensors, checked against the hash the worker reported (R17)."""
+    entry = result["tensors"]
+    return load_tensors(entry["path"], entry)
+
+
+def run_worker_main(body) -> int:
+    """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code."""
+    from ..spec import SpecError
+    from ..tasks.loader import TaskError
+    from .safe_load import UnsafeLoadError
+
+    try:
+        body()
+    except UnsafeLoadError as exc:
+        print(f"pilot-tui worker: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except (SpecError, TaskError, ValueError) as exc:
+        print(f"pilot-tui worker: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        print(f"pilot-tui worker: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0

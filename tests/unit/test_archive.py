@@ -1,0 +1,141 @@
+"""`pilot-tui export RECORD`: the archive of a pilot (R16), on real record files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pilot_tui.archive import ArchiveError, export_archive
+from pilot_tui.cli import main
+from pilot_tui.hashing import artifact_entry
+from pilot_tui.record import Record, RecordError
+
+SPEC_TEXT = (
+    '[campaign]\nname = "demo"\n\n[task]\nfile = "my_task.py"\n\n[batch]\nmicrobatch = 2\nupdates = 5\n'
+)
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Record:
+    """A finished record with two artifacts on disk and a user task file beside its spec."""
+    spec_dir = tmp_path / "campaigns"
+    spec_dir.mkdir()
+    (spec_dir / "demo.toml").write_text(SPEC_TEXT)
+    (spec_dir / "my_task.py").write_text("def make_task():\n    ...\n")
+    rec = Record.create(
+        tmp_path / "records",
+        record_id="20250101-000000-abcd",
+        name="demo",
+        spec_path=spec_dir / "demo.toml",
+        spec_text=SPEC_TEXT,
+        spec_sha256="0" * 64,
+        spec_raw=tomllib.loads(SPEC_TEXT),
+        environment={
+            "python": "3.11.7",
+            "torch": "2.13.0+cpu",
+            "cuda": "",
+            "device": "cpu",
+            "pilot_tui": "0.1.0",
+        },
+        accounting={"effective_batch": 2},
+        dataset={"examples": 10},
+    )
+    work = rec.path.parent / rec.path.stem
+    work.mkdir(parents=True)
+    for name, kind in (("model.safetensors", "inference_weights"), ("ckpt.pt", "training_checkpoint")):
+        (work / name).write_bytes(name.encode() * 100)
+        rec.append("artifacts", artifact_entry(work / name, kind, phase="export", variant="control", step=5))
+    rec.append(
+        "phases",
+        {
+            "name": "resume",
+            "step": "resume",
+            "verdict": "pass",
+            "reason": "all checks passed",
+            "details": {"checks": {"loss_per_step": {"ok": True, "max_abs_diff": 0.0}}},
+        },
+    )
+    rec.append("phases", {"name": "final", "step": "final", "verdict": "fail", "reason": "a | b"})
+    rec.save()
+    return rec
+
+
+def test_folder_archive_holds_record_spec_metrics_manifest_and_instructions(record, tmp_path):
+    out = export_archive(record.path, tmp_path / "arch")
+    assert out == tmp_path / "arch"
+    assert (out / "record.toml").read_bytes() == record.path.read_bytes()
+    assert (out / "campaign.toml").read_text() == SPEC_TEXT
+    assert (out / "my_task.py").is_file()  # the task the spec names, beside it as the spec expects
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [p["step"] for p in metrics["phases"]] == ["resume", "final"]
+    assert metrics["phases"][0]["details"]["checks"]["loss_per_step"]["max_abs_diff"] == 0.0
+    manifest = tomllib.loads((out / "manifest.toml").read_text())["artifacts"]
+    assert [m["kind"] for m in manifest] == ["inference_weights", "training_checkpoint"]
+    assert all(m["state"] == "verified" and len(m["sha256"]) == 64 and m["size"] > 0 for m in manifest)
+    assert not (out / "artifacts").exists()  # only with --with-artifacts
+    text = (out / "INSTRUCTIONS.md").read_text()
+    for needle in (
+        "3.11.7",
+        "2.13.0+cpu",
+        'pip install "torch==2.13.0"',
+        "pilot-tui run",
+        "| final | fail | a \\| b |",
+    ):
+        assert needle in text, needle
+
+
+def test_with_artifacts_copies_only_files_that_match_their_hash(record, tmp_path):
+    tampered = Path(record.data["artifacts"][1]["path"])
+    tampered.write_bytes(b"X" + tampered.read_bytes()[1:])
+    out = export_archive(record.path, tmp_path / "arch", with_artifacts=True)
+    manifest = tomllib.loads((out / "manifest.toml").read_text())["artifacts"]
+    assert manifest[0]["state"] == "verified" and manifest[0]["archived_as"] == "artifacts/model.safetensors"
+    assert manifest[1]["state"].startswith("changed") and "archived_as" not in manifest[1]
+    assert sorted(p.name for p in (out / "artifacts").iterdir()) == ["SHA256SUMS", "model.safetensors"]
+    assert (out / "artifacts" / "SHA256SUMS").read_text() == f"{manifest[0]['sha256']}  model.safetensors\n"
+
+
+def test_tar_gz_archive(record, tmp_path):
+    out = export_archive(record.path, tmp_path / "pilot.tar.gz", with_artifacts=True)
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+    assert {"pilot/record.toml", "pilot/INSTRUCTIONS.md", "pilot/artifacts/ckpt.pt"} <= names
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+
+
+def test_default_archive_sits_beside_the_record_and_is_never_overwritten(record):
+    out = export_archive(record.path)
+    assert out == record.path.with_name(f"{record.path.stem}-archive") and out.is_dir()
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(ArchiveError, match="already exists"):
+        export_archive(record.path)
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_missing_or_invalid_record_is_bad_input_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("this is [not toml")
+    for path in (tmp_path / "nope.toml", bad):
+        with pytest.raises(RecordError):
+            export_archive(path)
+        assert main(["export", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(path) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]  # nothing written
+
+
+def test_cli_export_prints_the_archive_path(record, tmp_path, capsys):
+    assert main(["export", str(record.path), "--out", str(tmp_path / "x.tar.gz")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "x.tar.gz")
+
+
+def test_archive_module_does_not_import_torch():
+    code = "import sys, pilot_tui.archive; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
