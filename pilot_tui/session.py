@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from . import board
 from .events import (
     BadInput,
     Cancel,
@@ -42,15 +44,26 @@ class BadInputError(Exception):
     """The campaign cannot run as declared; the message is one line (exit code 2)."""
 
 
+# `.<target name>.<writer pid>.<mkstemp suffix>.tmp`, as record.write_atomic and the runner's
+# checkpoint writer name them; the target name may itself hold dots and digits.
+_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[^.]+\.tmp")
+
+
 def sweep_stale_temp_files(folder: Path) -> list[Path]:
-    """Remove temp files left by a writer that was killed mid-write (their pid is dead)."""
-    removed = []
+    """Remove temp files left by a writer that was killed mid-write (their pid is dead).
+
+    Covers the records folder and the artifact folders beside the records (a runner killed
+    during a checkpoint save leaves its temp file there). A live writer's temp file is kept.
+    """
+    removed: list[Path] = []
     if not folder.is_dir():
         return removed
-    for tmp in folder.glob(".*.tmp"):
-        parts = tmp.name.split(".")
-        pid = next((int(p) for p in parts if p.isdigit()), None)
-        if pid is not None and pid != os.getpid() and _alive(pid):
+    for tmp in [*folder.glob(".*.tmp"), *folder.glob("*/.*.tmp")]:
+        match = _TEMP_NAME.fullmatch(tmp.name)
+        if match is None:
+            continue  # not one of ours
+        # Our own pid counts as alive: another session in this process may be mid-write.
+        if _alive(int(match["pid"])):
             continue
         tmp.unlink(missing_ok=True)
         removed.append(tmp)
@@ -85,6 +98,8 @@ class Session:
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
         self._killed_for_cancel = False
         self._cancel_timer: threading.Timer | None = None
+        # The key of the step in flight: a cancel (and its kill timer) belongs to that step only.
+        self._running: str | None = None
 
     # ------------------------------------------------------------------ runner lifecycle
 
@@ -94,6 +109,10 @@ class Session:
 
     def _spawn(self) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # OpenMP's default spin-wait makes torch's CPU threads burn the cores the dashboard needs
+        # (and collapse under any other load); passive waiting costs little. The user's own
+        # setting wins.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "pilot_tui.runner.main"],
             stdin=subprocess.PIPE,
@@ -215,14 +234,24 @@ class Session:
             raise RuntimeError("start() the session first")
         if self._proc is None or self._proc.poll() is not None:
             self._restart()
+        if self._cancel_timer:
+            self._cancel_timer.cancel()  # a late cancel of the previous step must not kill this one
         self._killed_for_cancel = False
-        self._send(RunStep(step=key, overrides=dict(overrides or {})))
+        self._running = key
+        overrides, pending_run = self._lr_run_attempt(key, dict(overrides or {}))
+        self._send(RunStep(step=key, overrides=overrides))
         started: PhaseStarted | None = None
         while True:
             msg = self._next()
             if msg is None:
-                yield self._runner_died(key, started)
+                self._running = None
+                died = self._runner_died(key, started)
+                if pending_run:
+                    self._lost_run(pending_run, str(overrides.get("retry_of", "")), str(died.row["reason"]))
+                yield died
                 return
+            if isinstance(msg, RecordUpdate) and msg.section == "runs":
+                pending_run = ""
             if isinstance(msg, PhaseStarted):
                 started = msg
             elif isinstance(msg, PhaseFinished):
@@ -231,6 +260,7 @@ class Session:
             elif isinstance(msg, RecordUpdate):
                 self.apply_update(msg)
             if isinstance(msg, Idle):
+                self._running = None
                 if self._cancel_timer:
                     self._cancel_timer.cancel()
                 return
@@ -238,11 +268,70 @@ class Session:
 
     def apply_update(self, msg: RecordUpdate) -> None:
         assert self.record is not None
+        value = msg.value
+        if msg.section == "runs":
+            # A run id is never reused: a row claiming a taken id is kept under the next one.
+            value = board.unique_run(self.record.data.get("runs", []), value)
         if msg.section in LIST_SECTIONS:
-            self.record.append(msg.section, msg.value)
+            self.record.append(msg.section, value)
         else:
-            self.record.set_section(msg.section, msg.value)
+            self.record.set_section(msg.section, value)
+        if msg.section == "runs":
+            self._update_board()
         self.record.save()
+
+    # ------------------------------------------------------------------ LR board (R13, R14)
+
+    def _lr_run_attempt(self, key: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """Overrides for an LR run with its attempt number, and the id it will get ("" otherwise).
+
+        Only the session sees the record, so it numbers attempts: one past the highest ever
+        recorded for this run name, with `retry_of` naming that attempt.
+        """
+        step = self.step(key)
+        if step.phase != "lr_run" or self.record is None:
+            return overrides, ""
+        attempt, retry_of = board.next_attempt(self.record.data.get("runs", []), step.variant)
+        overrides |= {"attempt": attempt, "retry_of": retry_of}
+        try:
+            # So that the phase's announced params already show the run's own LR and seed; a
+            # conflicting value the caller gave is kept, and the runner refuses it.
+            lr, seed = board.parse_run_name(step.variant)
+            overrides.setdefault("lr", lr)
+            overrides.setdefault("seed", seed)
+        except ValueError:
+            pass  # not an LR run name: the runner refuses it with the reason
+        return overrides, f"{step.variant}-{attempt}"
+
+    def _lost_run(self, run_id: str, retry_of: str, reason: str) -> None:
+        """The runner died inside an LR run: the run still gets its row, status failed (R14)."""
+        assert self.record is not None
+        row: dict[str, Any] = {
+            "id": run_id,
+            "retry_of": retry_of,
+            # Killed because it did not stop when asked: the user's cancel, not a crash.
+            "status": "cancelled" if self._killed_for_cancel else "failed",
+            "stop_cause": "runner_died",
+            "reason": reason,
+        }
+        try:
+            lr, seed = board.parse_run_name(board.split_run_id(run_id)[0])
+            row |= {"lr": lr, "seed": seed}
+        except ValueError:
+            pass
+        row |= {"spec_sha256": self.loaded.sha256, "losses": [], "validation": []}
+        self.apply_update(RecordUpdate(section="runs", value=row))
+
+    def _update_board(self) -> None:
+        """Recompute `[board]` from every `[[runs]]` row: it survives runner restarts and retries."""
+        assert self.record is not None
+        declared = self.spec.lr_board
+        if declared is None:
+            return
+        value = board.compare(
+            self.record.data.get("runs", []), declared.control, [declared.control, *declared.variants]
+        )
+        self.record.set_section("board", value)
 
     def _runner_died(self, key: str, started: PhaseStarted | None) -> PhaseFinished:
         proc = self._proc
@@ -285,12 +374,13 @@ class Session:
     def cancel(self) -> None:
         """Ask the running phase to stop; kill the runner if it does not within the grace period."""
         self._send(Cancel())
-        proc = self._proc
-        if proc is None:
-            return
+        proc, key = self._proc, self._running
+        if proc is None or key is None:
+            return  # nothing in flight: the runner clears the flag when the next phase starts
 
         def force() -> None:
-            if proc.poll() is None:
+            # Only if that same step is still running: it may have ended within the grace period.
+            if proc.poll() is None and self._running == key:
                 self._killed_for_cancel = True
                 proc.kill()
 
@@ -303,3 +393,21 @@ class Session:
     def run_all(self) -> Iterator[Message]:
         for step in self.steps:
             yield from self.run_step(step.key)
+
+    def finish(self) -> dict[str, Any]:
+        """Compute the choice sheet and package plan from the record's rows and keep them as `[plan]`.
+
+        Called at the end of a campaign (R18, R19). A plan that cannot be computed is kept as
+        `[plan] error = "..."` rather than lost: every row is already on disk either way.
+        """
+        from .plan import compute_plan
+
+        if self.record is None:
+            raise RuntimeError("start() the session first")
+        try:
+            plan = compute_plan(self.record.data)
+        except Exception as exc:  # the rows are on disk; a planning bug must not hide them
+            plan = {"error": f"{type(exc).__name__}: {exc}"}
+        self.record.set_section("plan", plan)
+        self.record.save()
+        return plan
