@@ -84,9 +84,21 @@ def run_headless(session: Session, out: TextIO = sys.stdout, err: TextIO = sys.s
     finally:
         bar.clear()
         session.close()
+    plan = session.finish()
+    for line in plan_summary(plan):
+        print(line, file=out)
     verdict = "FAIL" if failed else "PASS"
     print(f"{verdict}: {failed} failed gate(s) · record {session.record.path}", file=out, flush=True)
     return 1 if failed else 0
+
+
+def plan_summary(plan: dict) -> list[str]:
+    """The plan's few summary lines (the record's `[plan]` holds the whole sheet and package)."""
+    if "error" in plan:
+        return [f"plan: could not be computed: {plan['error']}"]
+    from .plan import summary_lines
+
+    return summary_lines(plan)
 
 
 def _show(ev: Message, bar: ProgressBar, out: TextIO, err: TextIO) -> int:

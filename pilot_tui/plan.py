@@ -1,0 +1,609 @@
+"""From pilot to rental: the choice sheet and the 3/7/30-day package plan (R18, R19). Pure, no torch.
+
+Everything here is computed from a record's data dict — the measured rows, the stack check, the
+accounting — so a saved record can be re-planned at any time and the TUI, the headless CLI and
+`pilot-tui plan` all show the same figures. Nothing is assumed that was not measured: a speed-up
+from more GPUs, a faster step on another device, a cheaper evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import tomli_w
+
+from .accounting import account
+from .record import Record, RecordError
+from .spec import CampaignSpec, SpecError, parse_spec
+
+DAY_S = 86_400.0
+PACKAGES = (3, 7, 30)
+# The phases whose gates decide whether a configuration fits in memory (R18).
+CONTROL_GATES = ("load", "first_step", "steady", "eval_longest")
+VARIANT_GATES = ("first_step", "steady", "eval_longest")
+OK_VERDICTS = ("pass", "warn")
+# A steady phase whose slow updates are this many times its median is flagged as uneven.
+UNEVEN_P90_OVER_P50 = 3.0
+
+
+def _num(value: Any, default: float = 0.0) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600.0, 3)
+
+
+def spec_of(data: Mapping[str, Any]) -> CampaignSpec:
+    """The campaign spec the record ran under (its own copy of the file, validated again)."""
+    campaign = data.get("campaign") or {}
+    text = campaign.get("spec_text")
+    if not isinstance(text, str) or not text.strip():
+        raw = campaign.get("spec")
+        if not isinstance(raw, dict):
+            raise SpecError("the record holds no campaign spec (campaign.spec_text)")
+        text = tomli_w.dumps(raw)
+    path = Path(str(campaign.get("spec_path") or "campaign.toml"))
+    return parse_spec(text, path).spec
+
+
+def latest_rows(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The last row of every step key: a retry is a new row, and the newest one is the measurement."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in data.get("phases") or []:
+        if isinstance(row, dict) and "step" in row:
+            out[str(row["step"])] = row
+    return out
+
+
+def _key(phase: str, config: str) -> str:
+    return phase if config == "control" else f"{phase}@{config}"
+
+
+def configurations(data: Mapping[str, Any], spec: CampaignSpec) -> list[str]:
+    """control, the declared variants, then any variant made on the fly that has rows."""
+    ids = ["control", *(v.id for v in spec.variants)]
+    for row in data.get("phases") or []:
+        variant = str(row.get("variant", "control"))
+        if row.get("name") in VARIANT_GATES and variant not in ids:
+            ids.append(variant)
+    return ids
+
+
+def memory_basis(rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """Which counter the memory figures are: CUDA peak reserved, or the CPU process's peak RSS."""
+    for row in rows.values():
+        if "peak_reserved_mb" in (row.get("memory") or {}):
+            return "peak reserved (CUDA caching allocator)"
+    return "peak RSS (whole CPU process)"
+
+
+def _peak(row: Mapping[str, Any]) -> float:
+    memory = row.get("memory") or {}
+    return _num(memory.get("peak_reserved_mb", memory.get("peak_rss_mb")))
+
+
+def stack_gate(rows: Mapping[str, Mapping[str, Any]]) -> tuple[str, str, dict[str, Any]]:
+    """(status, reason, details) of the stack check; `missing` when the phase did not run."""
+    row = rows.get("stack")
+    if row is None:
+        return "missing", "the stack phase did not run: nothing can be kept unchecked", {}
+    return str(row.get("verdict", "fail")), str(row.get("reason", "")), dict(row.get("details") or {})
+
+
+def _precision_ok(stack_details: Mapping[str, Any], precision: str) -> tuple[bool, str]:
+    for item in stack_details.get("precisions") or []:
+        if item.get("precision") == precision:
+            return bool(item.get("ok")), str(item.get("error", ""))
+    if precision == "bf16" and "bf16" in stack_details and not stack_details["bf16"]:
+        return False, "bf16 is not supported on this device"
+    return True, ""
+
+
+def assess(
+    config: str,
+    rows: Mapping[str, Mapping[str, Any]],
+    stack: tuple[str, str, dict[str, Any]],
+    headroom: float,
+    variants_section: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """One configuration's gates: the stack (its precision included) and every memory phase."""
+    gates = CONTROL_GATES if config == "control" else VARIANT_GATES
+    own = {p: rows[_key(p, config)] for p in gates if _key(p, config) in rows}
+    params = dict(next(iter(own.values()))["params"]) if own else {}
+    if "steady" in own:
+        params = dict(own["steady"].get("params") or params)
+    problems: list[str] = []
+    status, reason, details = stack
+    if status == "missing":
+        problems.append("stack not checked (the stack phase did not run)")
+    elif status == "fail":
+        problems.append(f"stack check failed: {reason}")
+    precision = str(params.get("precision", ""))
+    if precision and status != "missing":
+        ok, why = _precision_ok(details, precision)
+        if not ok:
+            problems.append(f"precision {precision} not supported: {why}")
+    for p in gates:
+        row = own.get(p)
+        if row is None:
+            problems.append(f"{_key(p, config)} not measured")
+        elif row.get("verdict") not in OK_VERDICTS:
+            problems.append(f"{_key(p, config)} failed: {row.get('reason', '')}")
+    # Memory needed: every row of this configuration (save and export too), the stack probe aside.
+    mine = [r for r in rows.values() if r.get("variant", "control") == config and r.get("name") != "stack"]
+    peak = max((_peak(r) for r in mine), default=0.0)
+    steady = own.get("steady", {}).get("details") or {}
+    entry: dict[str, Any] = {
+        "id": config,
+        "passes": not problems,
+        "reason": "; ".join(problems) if problems else "stack and memory gates passed",
+        "precision": precision,
+        "microbatch": int(_num(params.get("microbatch"))),
+        "accumulation": int(_num(params.get("accumulation"))),
+        "replicas": int(_num(params.get("replicas"), 1)),
+        "effective_batch": int(_num(params.get("effective_batch"))),
+        "max_length": int(_num(params.get("max_length"))),
+        "peak_mb": round(peak, 1),
+        "memory_per_gpu_mb": round(peak * (1 + headroom), 1),
+    }
+    if "step_time_s" in steady:
+        entry["step_time_s"] = _num(steady["step_time_s"])
+    question = variants_section.get(config) or {}
+    if "changes_question" in question:
+        entry["changes_question"] = bool(question["changes_question"])
+        if question["changes_question"]:
+            entry["question_note"] = str(question.get("question_note", ""))
+    return entry
+
+
+def largest_passed(rows: Mapping[str, Mapping[str, Any]], fit: Mapping[str, Any]) -> dict[str, Any]:
+    """The largest microbatch and max length seen passing, from rows and from the `[fit]` search."""
+    mbs, lengths = [], []
+    for row in rows.values():
+        # Only the memory gates: other phases (overfit, fit_search, lr_run) carry their own sizes.
+        if row.get("verdict") in OK_VERDICTS and row.get("name") in CONTROL_GATES:
+            params = row.get("params") or {}
+            if "microbatch" in params:
+                mbs.append(int(_num(params["microbatch"])))
+            if "max_length" in params:
+                lengths.append(int(_num(params["max_length"])))
+    sources = ["passing rows"] if mbs else []
+    if fit.get("found"):
+        sources.append("[fit] search")
+        if "largest_microbatch" in fit:
+            mbs.append(int(_num(fit["largest_microbatch"])))
+        if "max_length" in fit:
+            lengths.append(int(_num(fit["max_length"])))
+    return {
+        "max_microbatch_passed": max(mbs, default=0),
+        "max_length_passed": max(lengths, default=0),
+        "max_dims_source": " + ".join(sources) if sources else "nothing passed",
+    }
+
+
+def choice_sheet(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> dict[str, Any]:
+    """R18: memory per GPU, largest dimensions that passed, the configuration kept and why."""
+    spec = spec or spec_of(data)
+    rows = latest_rows(data)
+    stack = stack_gate(rows)
+    plan = spec.plan
+    variants_section = {str(v.get("id")): v for v in data.get("variants") or [] if isinstance(v, dict)}
+    assessed = [assess(c, rows, stack, plan.headroom, variants_section) for c in configurations(data, spec)]
+    by_id = {a["id"]: a for a in assessed}
+    order = [p for p in plan.priority if p in by_id] + [
+        a["id"] for a in assessed if a["id"] not in plan.priority
+    ]
+    kept = next((by_id[c] for c in order if by_id[c]["passes"]), None)
+    for a in assessed:
+        a["status"] = "kept" if kept is not None and a is kept else ("passes" if a["passes"] else "rejected")
+    basis = memory_basis(rows)
+    shown = kept or by_id["control"]
+    if kept is not None:
+        first = order.index(kept["id"]) == 0
+        why = "first in priority order" if first else "first in priority order that passed"
+        skipped = [f"{c}: {by_id[c]['reason']}" for c in order[: order.index(kept["id"])]]
+        kept_reason = (
+            f"{why}; stack {stack[0]}, every memory gate passed, needs "
+            f"{kept['memory_per_gpu_mb']:.0f} MiB per GPU ({basis}, +{plan.headroom:.0%} headroom)"
+        )
+        if skipped:
+            kept_reason += "; before it: " + "; ".join(skipped)
+    else:
+        kept_reason = "no configuration kept: " + "; ".join(f"{a['id']}: {a['reason']}" for a in assessed)
+    env = data.get("environment") or {}
+    stack_details = stack[2]
+    gpus = stack_details.get("gpus") or env.get("devices") or []
+    sheet: dict[str, Any] = {
+        "kept": kept["id"] if kept else "",
+        "kept_reason": kept_reason,
+        "memory_basis": basis,
+        "peak_mb": shown["peak_mb"],
+        "headroom": plan.headroom,
+        "memory_per_gpu_mb": shown["memory_per_gpu_mb"],
+        **largest_passed(rows, data.get("fit") or {}),
+        "precision": shown["precision"] or spec.batch.precision,
+        "microbatch": shown["microbatch"] or spec.batch.microbatch,
+        "accumulation": shown["accumulation"] or spec.batch.accumulation,
+        "replicas": shown["replicas"],
+        "effective_batch": shown["effective_batch"],
+        "max_length": shown["max_length"],
+        "distribution": plan.distribution,
+        "gpus": plan.gpus,
+        "expected_result": plan.expected_result,
+        "stack_status": stack[0],
+        "stack_reason": stack[1],
+        "device": str(env.get("device", stack_details.get("device", ""))),
+        "torch": str(stack_details.get("torch", env.get("torch", ""))),
+        "cuda": str(stack_details.get("cuda", env.get("cuda", ""))),
+        "gpu_names": [str(g.get("name", "")) for g in gpus],
+        "configurations": assessed,
+    }
+    if kept is None:
+        sheet["shown_for"] = "control (not kept)"
+    if gpus and kept is not None:
+        smallest = min(_num(g.get("memory_mb")) for g in gpus)
+        if smallest and kept["memory_per_gpu_mb"] > smallest:
+            sheet["memory_note"] = (
+                f"with headroom it needs {kept['memory_per_gpu_mb']:.0f} MiB, more than this GPU's "
+                f"{smallest:.0f} MiB: rent a larger one or lower the headroom knowingly"
+            )
+    return sheet
+
+
+# ---------------------------------------------------------------------------------- package plan
+
+
+def full_run_updates(
+    spec: CampaignSpec,
+    data: Mapping[str, Any],
+    effective_batch: int,
+    microbatch: int,
+    accumulation: int,
+    replicas: int,
+) -> tuple[int, float, str]:
+    """(updates, epochs, basis) of the real run on the full dataset for one configuration."""
+    plan, batch = spec.plan, spec.batch
+    if plan.dataset_size:
+        acc = account(
+            microbatch=microbatch,
+            accumulation=accumulation,
+            replicas=replicas,
+            dataset_size=plan.dataset_size,
+            hold="epochs",
+            epochs=plan.epochs,
+            drop_last=batch.drop_last,
+        )
+        basis = (
+            f"{plan.epochs} epoch(s) of plan.dataset_size {plan.dataset_size} / {effective_batch} per update"
+        )
+        return acc.updates, float(plan.epochs), basis
+    train = int(_num(((data.get("dataset") or {}).get("splits") or {}).get("train")))
+    acc = account(
+        microbatch=microbatch,
+        accumulation=accumulation,
+        replicas=replicas,
+        dataset_size=train,
+        hold=batch.hold,
+        updates=batch.updates,
+        epochs=batch.epochs,
+        drop_last=batch.drop_last,
+    )
+    basis = (
+        f"the declared hold: {acc.note} (plan.dataset_size not set: the pilot's {train} training examples)"
+    )
+    return acc.updates, float(acc.epochs), basis
+
+
+def estimate(
+    entry: Mapping[str, Any],
+    rows: Mapping[str, Mapping[str, Any]],
+    spec: CampaignSpec,
+    data: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One configuration's full run from its measured durations; `problem` set when it cannot be.
+
+    train = load + first update + (updates − 1) × steady mean step time: the first update (it
+    allocates optimizer state) and the load are measured apart, the steady mean covers the rest.
+    eval = evaluations × ⌈validation size / eval batch⌉ × eval_longest duration: timed on the
+    *longest* sequences, so it is an upper bound per batch.
+    """
+    config = str(entry["id"])
+    plan = spec.plan
+    out: dict[str, Any] = {"id": config}
+    steady = rows.get(_key("steady", config))
+    step_s = _num(((steady or {}).get("details") or {}).get("step_time_s"), -1.0)
+    if steady is None or step_s <= 0:
+        return out | {"problem": f"no measured steady step time ({_key('steady', config)} did not run)"}
+    eff = int(entry.get("effective_batch") or 0)
+    mb, accum, replicas = (
+        int(entry.get("microbatch") or 0),
+        int(entry.get("accumulation") or 0),
+        int(entry.get("replicas") or 1),
+    )
+    if min(eff, mb, accum) < 1:
+        return out | {"problem": f"{_key('steady', config)} has no batch params"}
+    updates, epochs, basis = full_run_updates(spec, data, eff, mb, accum, replicas)
+    if updates < 1:
+        return out | {"problem": f"the dataset makes no complete update of {eff} examples"}
+    load_s = _num((rows.get("load") or {}).get("duration_s"))
+    first_s = _num((rows.get(_key("first_step", config)) or {}).get("duration_s"), step_s)
+    train_s = load_s + first_s + (updates - 1) * step_s
+    notes = []
+    sd = steady.get("details") or {}
+    p50, p90 = _num(sd.get("step_time_p50_s")), _num(sd.get("step_time_p90_s"))
+    if p50 > 0 and p90 / p50 > UNEVEN_P90_OVER_P50:
+        notes.append(
+            f"{_key('steady', config)} step times were uneven (p50 {p50:.4g} s, p90 {p90:.4g} s): "
+            "the estimate uses the mean; re-run the pilot on an idle machine"
+        )
+    n_steady = int(_num(sd.get("updates")))
+    if 0 < n_steady < 10:
+        notes.append(f"{_key('steady', config)} timed only {n_steady} updates: raise phases.steady_updates")
+    ev = rows.get(_key("eval_longest", config))
+    eval_s, evaluations, val_size, eval_batches = 0.0, 0, 0, 0
+    if ev is not None:
+        ev_batch = int(_num((ev.get("params") or {}).get("eval_microbatch"))) or mb
+        splits = (data.get("dataset") or {}).get("splits") or {}
+        if plan.validation_size:
+            val_size = plan.validation_size
+        elif plan.dataset_size:
+            val_size = round(plan.dataset_size * spec.split.validation / spec.split.train)
+        else:
+            val_size = int(_num(splits.get("validation")))
+        evaluations = plan.evaluations or max(1, math.ceil(epochs))
+        eval_batches = math.ceil(val_size / max(ev_batch, 1))
+        eval_s = evaluations * eval_batches * _num(ev.get("duration_s"))
+    else:
+        notes.append(f"{_key('eval_longest', config)} not measured: no evaluation reserve")
+    save, export = rows.get("save"), rows.get("export")
+    checkpoints = plan.checkpoints or max(1, math.ceil(epochs))
+    save_s = checkpoints * _num((save or {}).get("duration_s"))
+    export_s = _num((export or {}).get("duration_s"))
+    for name, row in (("save", save), ("export", export)):
+        if row is None:
+            notes.append(f"{name} not measured: no {name} reserve")
+    work_s = train_s + eval_s + save_s + export_s
+    margin_s = work_s * plan.safety_margin
+    return out | {
+        "updates": updates,
+        "epochs": round(epochs, 4),
+        "effective_batch": eff,
+        "basis": basis,
+        "step_time_s": step_s,
+        "startup_s": round(load_s + first_s, 4),
+        "evaluations": evaluations,
+        "validation_size": val_size,
+        "eval_batches": eval_batches,
+        "checkpoints": checkpoints,
+        "train_s": round(train_s, 3),
+        "eval_s": round(eval_s, 3),
+        "save_s": round(save_s, 3),
+        "export_s": round(export_s, 3),
+        "margin_s": round(margin_s, 3),
+        "total_s": round(work_s + margin_s, 3),
+        "total_h": _hours(work_s + margin_s),
+        "notes": notes,
+    }
+
+
+def package_plan(
+    data: Mapping[str, Any], sheet: Mapping[str, Any], spec: CampaignSpec | None = None
+) -> dict[str, Any]:
+    """R19: the priority configurations, estimated and fitted into the smallest 3/7/30-day package."""
+    spec = spec or spec_of(data)
+    rows = latest_rows(data)
+    plan = spec.plan
+    by_id = {c["id"]: c for c in sheet["configurations"]}
+    wanted = list(plan.priority) or ([sheet["kept"]] if sheet["kept"] else ["control"])
+    candidates, not_fit = [], []
+    for config in wanted:
+        entry = by_id.get(config)
+        if entry is None:
+            not_fit.append(
+                {
+                    "id": config,
+                    "cause": "not_measured",
+                    "reason": "not a configuration measured in this record",
+                }
+            )
+            continue
+        est = estimate(entry, rows, spec, data)
+        if "problem" in est:
+            not_fit.append({"id": config, "cause": "not_measured", "reason": est["problem"]})
+        elif not entry["passes"]:
+            not_fit.append(
+                {"id": config, "cause": "rejected", "reason": entry["reason"], "total_h": est["total_h"]}
+            )
+        else:
+            candidates.append(est)
+    assumptions = _assumptions(data, sheet, spec, rows)
+    for est in candidates:
+        assumptions += [n for n in est.pop("notes") if n not in assumptions]
+    need_s = sum(e["total_s"] for e in candidates)
+    days = next((d for d in PACKAGES if candidates and need_s <= d * DAY_S), 0)
+    order: list[dict[str, Any]] = []
+    if days:
+        fitting = candidates
+    else:
+        # Even 30 days cannot hold all of it: keep the priority order, run what fits, list the rest.
+        fitting = []
+        left = PACKAGES[-1] * DAY_S
+        for est in candidates:
+            if est["total_s"] <= left:
+                fitting.append(est)
+                left -= est["total_s"]
+            else:
+                not_fit.append(
+                    {
+                        "id": est["id"],
+                        "cause": "no_time",
+                        "reason": f"needs {est['total_h']:.1f} h; only {left / 3600:.1f} h left of the "
+                        f"{PACKAGES[-1]}-day package after the configurations before it",
+                        "total_h": est["total_h"],
+                    }
+                )
+    start = 0.0
+    for position, est in enumerate(fitting, start=1):
+        order.append(
+            est | {"position": position, "start_h": _hours(start), "end_h": _hours(start + est["total_s"])}
+        )
+        start += est["total_s"]
+    capacity = (days or PACKAGES[-1]) * DAY_S
+    if not candidates:
+        summary = "nothing to plan: no priority configuration passed its gates with a measured step time"
+    elif days:
+        summary = (
+            f"{days}-day package: {', '.join(e['id'] for e in order)} in {_hours(need_s):.1f} h "
+            f"of {capacity / 3600:.0f} h ({need_s / capacity:.0%})"
+        )
+    else:
+        summary = (
+            f"does not fit in {PACKAGES[-1]} days: the priority work needs {_hours(need_s):.1f} h of "
+            f"{capacity / 3600:.0f} h; not fitting: {', '.join(n['id'] for n in not_fit)}"
+        )
+    return {
+        "days": days,
+        "fits_all": bool(days) and not not_fit,
+        "summary": summary,
+        "capacity_h": _hours(capacity) if candidates else 0.0,
+        "need_h": _hours(need_s),
+        "planned_h": _hours(start),
+        "safety_margin": plan.safety_margin,
+        "gpus_assumed": int(sheet.get("replicas") or 1),
+        "order": order,
+        "not_fit": not_fit,
+        "assumptions": assumptions,
+    }
+
+
+def _assumptions(
+    data: Mapping[str, Any], sheet: Mapping[str, Any], spec: CampaignSpec, rows: Mapping[str, Any]
+) -> list[str]:
+    out = []
+    replicas = int(sheet.get("replicas") or 1)
+    if spec.plan.gpus > replicas:
+        out.append(
+            f"plan.gpus = {spec.plan.gpus} but the pilot measured {replicas} replica(s): the estimate is for "
+            f"{replicas} GPU(s); no speed-up from more GPUs is assumed until it is measured"
+        )
+    device = str((data.get("environment") or {}).get("device", ""))
+    if device.startswith("cpu"):
+        out.append(
+            "step times were measured on the CPU: re-run the pilot on the rented GPU before trusting the days"
+        )
+    out.append(
+        "the full dataset has the pilot's sequence lengths; evaluation is timed on the longest "
+        "validation batch, so its reserve is an upper bound"
+    )
+    return out
+
+
+def compute_plan(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's `[plan]`: `sheet` (R18) and `package` (R19), from its own rows and spec."""
+    spec = spec_of(data)
+    sheet = choice_sheet(data, spec)
+    return {"sheet": sheet, "package": package_plan(data, sheet, spec)}
+
+
+# ---------------------------------------------------------------------------------- text views
+
+
+def _short(text: str, width: int = 160) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def summary_lines(plan: Mapping[str, Any]) -> list[str]:
+    """Two or three lines for the end of a headless run."""
+    sheet, package = plan["sheet"], plan["package"]
+    if sheet["kept"]:
+        kept = (
+            f"plan: kept {sheet['kept']} · {sheet['precision']} · {sheet['microbatch']} × "
+            f"{sheet['accumulation']} × {sheet['replicas']} · {sheet['memory_per_gpu_mb']:.0f} MiB per GPU "
+            f"({sheet['memory_basis']}, +{sheet['headroom']:.0%}) · stack {sheet['stack_status']}"
+        )
+    else:
+        kept = f"plan: {sheet['kept_reason']}"
+    lines = [kept, f"plan: {package['summary']}"]
+    lines += [
+        f"plan: not planned {n['id']} ({n['cause']}): {_short(n['reason'])}" for n in package["not_fit"]
+    ]
+    return lines
+
+
+def plan_lines(plan: Mapping[str, Any]) -> list[str]:
+    """The full sheet and package as text (what `pilot-tui plan RECORD` prints)."""
+    s, p = plan["sheet"], plan["package"]
+    lines = [
+        "Choice sheet",
+        f"  kept                {s['kept'] or '(none)'}",
+        f"  why                 {s['kept_reason']}",
+        f"  stack               {s['stack_status']}: {s['stack_reason']}",
+        f"  device              {s['device']} · torch {s['torch']} · CUDA {s['cuda'] or '-'}"
+        + (f" · {', '.join(s['gpu_names'])}" if s["gpu_names"] else ""),
+        f"  memory per GPU      {s['memory_per_gpu_mb']:.0f} MiB = {s['memory_basis']} {s['peak_mb']:.0f} MiB "
+        f"+ {s['headroom']:.0%} headroom" + (f" ({s['shown_for']})" if "shown_for" in s else ""),
+        f"  largest that passed microbatch {s['max_microbatch_passed']}, max length {s['max_length_passed']} "
+        f"(from {s['max_dims_source']})",
+        f"  precision           {s['precision']}",
+        f"  batch               microbatch {s['microbatch']} × accumulation {s['accumulation']} × "
+        f"replicas {s['replicas']} = {s['effective_batch']}",
+        f"  distribution        {s['distribution']} · {s['gpus']} GPU(s) planned",
+        f"  expected result     {s['expected_result'] or '(not declared)'}",
+    ]
+    if "memory_note" in s:
+        lines.append(f"  note                {s['memory_note']}")
+    lines.append("  configurations")
+    for c in s["configurations"]:
+        step = f"{c['step_time_s']:.4g} s/update" if "step_time_s" in c else "no step time"
+        q = " · changes the question" if c.get("changes_question") else ""
+        lines.append(
+            f"    {c['status']:<8} {c['id']:<14} {c['precision'] or '-':<5} mb {c['microbatch']} × "
+            f"{c['accumulation']} · {c['memory_per_gpu_mb']:.0f} MiB · {step}{q} · {c['reason']}"
+        )
+    lines += ["", "Package plan", f"  {p['summary']}"]
+    for o in p["order"]:
+        lines.append(
+            f"  {o['position']}. {o['id']:<14} {o['start_h']:8.2f} h -> {o['end_h']:8.2f} h  "
+            f"{o['updates']} updates × {o['step_time_s']:.4g} s (+ startup {o['startup_s']:.3g} s) = "
+            f"train {_hours(o['train_s']):.2f} h, eval {_hours(o['eval_s']):.2f} h "
+            f"({o['evaluations']} × {o['eval_batches']} batches), save {_hours(o['save_s']):.2f} h, "
+            f"export {_hours(o['export_s']):.3f} h, margin {_hours(o['margin_s']):.2f} h"
+        )
+    if p["order"]:
+        lines.append(f"     updates: {p['order'][0]['basis']}")
+    for n in p["not_fit"]:
+        lines.append(f"  not planned: {n['id']} ({n['cause']}): {n['reason']}")
+    for a in p["assumptions"]:
+        lines.append(f"  assumes: {a}")
+    return lines
+
+
+def print_plan(record_path: str | Path, out: TextIO | None = None) -> int:
+    """`pilot-tui plan RECORD`: recompute the plan from the record's rows and print it.
+
+    Read-only: the record's own `[plan]` (written when the campaign finished) is left as it is.
+    Exit 0 when a configuration is kept and the priority work fits a package, else 1.
+    """
+    record = Record.read(record_path)  # RecordError: exit 2
+    out = out or sys.stdout  # looked up at call time, so a redirected stdout is honoured
+    try:
+        plan = compute_plan(record.data)
+    except (SpecError, KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"{record.path}: cannot plan from this record: {exc}") from None
+    campaign = record.data.get("campaign") or {}
+    print(f"pilot-tui plan · campaign {campaign.get('name', '?')} · record {record.path}", file=out)
+    saved = record.data.get("plan")
+    if saved is None:
+        print(
+            "  (the record holds no [plan]: the campaign did not finish; computed now, not written)", file=out
+        )
+    print("", file=out)
+    for line in plan_lines(plan):
+        print(line, file=out)
+    out.flush()
+    return 0 if plan["sheet"]["kept"] and plan["package"]["fits_all"] else 1

@@ -1,0 +1,222 @@
+"""`stack`: the software stack, checked for real before any configuration is kept (R18).
+
+A "PyTorch" line in a rental offer promises nothing about the CUDA build, bf16, the attention
+kernels or the extensions the task imports. This phase runs first so a campaign fails fast: it
+imports every declared extension, runs a tiny op in every precision the campaign uses and tries
+each scaled-dot-product attention backend, and records what it saw, not what it assumes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import platform
+import warnings
+from typing import Any
+
+import torch
+
+from ..context import RunContext
+from .base import FAIL, PASS, WARN, Outcome, PhaseRun, phase
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# Kernels that exist only in CUDA builds: on CPU they are "not applicable", not "broken".
+_CUDA_ONLY_BACKENDS = ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
+_BACKEND_NAMES = {
+    "FLASH_ATTENTION": "flash",
+    "EFFICIENT_ATTENTION": "memory_efficient",
+    "CUDNN_ATTENTION": "cudnn",
+    "MATH": "math",
+}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def module_version(module: Any, name: str) -> str:
+    """The module's `__version__`, else the version of the distribution that ships it."""
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str) and version:
+        return version
+    top = name.split(".")[0]
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def check_extension(name: str) -> dict[str, Any]:
+    """Import one declared module for real; a binary extension can fail with more than ImportError."""
+    try:
+        module = importlib.import_module(name)
+    except BaseException as exc:  # OSError (missing .so), RuntimeError (ABI), even SystemExit
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"name": name, "ok": False, "version": "", "error": _first_line(exc)}
+    return {"name": name, "ok": True, "version": module_version(module, name), "error": ""}
+
+
+def check_precision(device: torch.device, precision: str) -> dict[str, Any]:
+    """Run a forward and backward under the precision's autocast on the device; report what happened."""
+    out: dict[str, Any] = {"precision": precision, "ok": True, "error": ""}
+    if precision == "bf16" and device.type == "cuda":
+        # Without native bf16 (before compute capability 8.0) torch may emulate it slowly: not support.
+        try:
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # older torch without the argument
+            native = torch.cuda.is_bf16_supported()
+        if not native:
+            return out | {"ok": False, "error": "this GPU has no native bf16 support"}
+    try:
+        layer = torch.nn.Linear(8, 8).to(device)
+        x = torch.randn(4, 8, device=device)
+        if precision == "fp32":
+            y = layer(x)
+        else:
+            with torch.autocast(device_type=device.type, dtype=_DTYPES[precision]):
+                y = layer(x)
+            if y.dtype != _DTYPES[precision]:
+                return out | {"ok": False, "error": f"autocast produced {y.dtype}, not {_DTYPES[precision]}"}
+        y.float().sum().backward()
+        if not torch.isfinite(layer.weight.grad).all():
+            return out | {"ok": False, "error": "non-finite gradient in the probe"}
+    except Exception as exc:
+        return out | {"ok": False, "error": _first_line(exc)}
+    return out
+
+
+def check_attention(device: torch.device, precision: str) -> list[dict[str, Any]]:
+    """Try every scaled-dot-product attention backend on a tiny causal call, in the campaign's dtype."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dtype = _DTYPES.get(precision, torch.float32)
+    q = torch.randn(1, 2, 16, 64, device=device, dtype=dtype)
+    results = []
+    for key, label in _BACKEND_NAMES.items():
+        backend = SDPBackend.__members__.get(key)
+        if backend is None:
+            results.append({"backend": label, "status": "absent", "detail": "this torch has no such backend"})
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel([backend]):
+                    torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+                status, detail = "usable", ""
+            except Exception as exc:
+                # torch explains *why* a kernel was refused in warnings; keep the first one.
+                why = [str(w.message).splitlines()[0] for w in caught if str(w.message).strip()]
+                detail = why[0][:300] if why else _first_line(exc)
+                if device.type != "cuda" and key in _CUDA_ONLY_BACKENDS:
+                    status, detail = "not_applicable", "CUDA-only kernel; this pilot runs on CPU"
+                else:
+                    status = "not_usable"
+        results.append({"backend": label, "status": status, "detail": detail})
+    return results
+
+
+def check_nccl() -> dict[str, Any]:
+    """Is the collective backend for multi-GPU data parallelism in this build?"""
+    dist = torch.distributed.is_available()
+    nccl = bool(dist and torch.distributed.is_nccl_available())
+    version = ""
+    if nccl and torch.cuda.is_available():
+        try:
+            v = torch.cuda.nccl.version()
+            version = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+        except Exception:
+            version = ""
+    gloo = bool(dist and torch.distributed.is_gloo_available())
+    return {"distributed": dist, "nccl": nccl, "nccl_version": version, "gloo": gloo}
+
+
+def gpus() -> list[dict[str, Any]]:
+    """Every visible GPU with the same fields, so a mixed machine is visible (R6)."""
+    out = []
+    if not torch.cuda.is_available():
+        return out
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        out.append(
+            {
+                "index": i,
+                "name": p.name,
+                "memory_mb": round(p.total_memory / 2**20),
+                "capability": f"{p.major}.{p.minor}",
+                # Native bf16 arrived with compute capability 8.0 (Ampere).
+                "bf16": p.major >= 8,
+            }
+        )
+    return out
+
+
+def campaign_precisions(ctx: RunContext) -> dict[str, list[str]]:
+    """precision -> the configurations (control and variants) that use it."""
+    used: dict[str, list[str]] = {ctx.spec.batch.precision: ["control"]}
+    for v in ctx.spec.variants:
+        if v.precision:
+            used.setdefault(v.precision, []).append(v.id)
+    return used
+
+
+@phase("stack")
+def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
+    device = ctx.device
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    used = campaign_precisions(ctx)
+    precisions = [check_precision(device, p) | {"used_by": who} for p, who in used.items()]
+    bf16 = (
+        next((p["ok"] for p in precisions if p["precision"] == "bf16"), None)
+        if "bf16" in used
+        else check_precision(device, "bf16")["ok"]
+    )
+    extensions = [check_extension(name) for name in ctx.spec.task.requires]
+    attention = check_attention(device, ctx.spec.batch.precision)
+    nccl = check_nccl()
+    details: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "",
+        "cudnn": str(cudnn) if cudnn else "",
+        "device": str(device),
+        "gpus": gpus(),
+        "bf16": bool(bf16),
+        "precisions": precisions,
+        "attention": attention,
+        "nccl": nccl,
+        "extensions": extensions,
+    }
+    failures, warns = [], []
+    for ext in extensions:
+        if not ext["ok"]:
+            failures.append(f"extension {ext['name']} does not import ({ext['error']})")
+    for p in precisions:
+        if p["ok"]:
+            continue
+        what = f"{p['precision']} is not supported here ({p['error']})"
+        if "control" in p["used_by"]:
+            failures.append(f"declared precision {what}")
+        else:
+            warns.append(f"variant(s) {', '.join(p['used_by'])}: {what}")
+    multi = ctx.spec.batch.replicas > 1 or ctx.spec.plan.gpus > 1
+    if multi and device.type == "cuda" and not nccl["nccl"]:
+        failures.append("several GPUs are planned but this torch build has no NCCL")
+    if not any(a["status"] == "usable" for a in attention):
+        warns.append("no scaled-dot-product attention backend ran")
+    details["failures"] = failures
+    details["warnings"] = warns
+    if failures:
+        return Outcome(FAIL, "; ".join(failures), details)
+    if warns:
+        return Outcome(WARN, "; ".join(warns), details)
+    usable = [a["backend"] for a in attention if a["status"] == "usable"]
+    n_ext = len(extensions)
+    reason = (
+        f"torch {torch.__version__} on {device}; {', '.join(used)} supported; attention: "
+        f"{', '.join(usable)}; {n_ext} extension{'s' if n_ext != 1 else ''} imported"
+    )
+    return Outcome(PASS, reason, details)
