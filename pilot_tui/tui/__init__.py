@@ -1,0 +1,1 @@
+"""The Textual dashboard (imports textual; never torch)."""

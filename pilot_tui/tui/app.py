@@ -1,0 +1,646 @@
+"""The pilot-tui dashboard: step through a campaign with the keyboard, watch every gate.
+
+Data flows one way: the runner worker (a thread owning the Session) and the NVML worker post
+Textual messages; `@on` handlers here update plain state on the UI thread and mark panes dirty;
+a 10 Hz timer redraws the visible dirty pane. No widget is touched from a thread, and the UI
+process never imports torch.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.util
+import threading
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
+from textual.widget import Widget
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from .. import DEMO_CAMPAIGN
+from ..record import LIST_SECTIONS, Record, RecordError
+from ..session import Session
+from .commands import PilotCommands
+from .driver import Driver, Source
+from .messages import (
+    CountersMsg,
+    DriverIdle,
+    NvmlSampled,
+    PhaseFinishedMsg,
+    PhaseProgressMsg,
+    PhaseStartedMsg,
+    RecordExported,
+    RecordUpdateMsg,
+    RunnerErrorMsg,
+    RunUpdateMsg,
+    SessionFailed,
+    SessionReady,
+)
+from .nvml import NvmlProbe, NvmlSnapshot
+from .panes.batch import BatchPane
+from .panes.board import BoardPane
+from .panes.counters import CountersPane
+from .panes.gates import GatesPane
+from .panes.plan import PlanPane
+from .screens import ConfirmScreen, HelpScreen, TextPrompt, VariantForm
+from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_variant_id
+
+PANES = ("gates", "batch", "counters", "board", "plan")
+REDRAW_S = 0.1  # each pane redraws at most 10 times a second
+NVML_PERIOD_S = 0.5
+HISTORY = 60  # sparkline samples (~30 s at 2 Hz)
+JOIN_TIMEOUT_S = 15.0  # longer than the session's cancel grace: the runner is killed before this
+RUN_ACTIONS = ("next_step", "run_all", "variant", "cancel_phase")
+NOTE_ACTIONS = ("note", "conclude")
+
+
+def is_record(path: Path) -> bool:
+    """A saved record has `[campaign].id` and `[[phases]]`; a campaign spec has neither."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return False  # let the spec loader name the problem
+    campaign = data.get("campaign")
+    return isinstance(campaign, dict) and "id" in campaign and "phases" in data
+
+
+def notes_available() -> bool:
+    return importlib.util.find_spec("pilot_tui.notes") is not None
+
+
+class PilotApp(App[int]):
+    """The dashboard over one campaign (live) or one saved record (read-only)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "pilot-tui"
+    COMMANDS = App.COMMANDS | {PilotCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n,space", "next_step", "next"),
+        Binding("a", "run_all", "all"),
+        Binding("v", "variant", "variant"),
+        Binding("c", "cancel_phase", "cancel"),
+        Binding("e", "export", "export"),
+        Binding("o", "note", "note", show=False),
+        Binding("C", "conclude", "conclude", show=False),
+        Binding("1", "show_pane('gates')", "gates", show=False),
+        Binding("2", "show_pane('batch')", "batch", show=False),
+        Binding("3", "show_pane('counters')", "counters", show=False),
+        Binding("4", "show_pane('board')", "board", show=False),
+        Binding("5", "show_pane('plan')", "plan", show=False),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "request_quit", "quit"),
+    ]
+    HELP_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("n, space", "run the next waiting step"),
+        ("a", "run every remaining step, in order"),
+        ("v", "re-run the selected phase as a new variant (microbatch, max length, …)"),
+        ("c", "cancel the running phase (and the queued ones)"),
+        ("e", "export: write the record, show its path"),
+        ("o", "add an observation on the selected row"),
+        ("C", "write the campaign's conclusion and decision"),
+        ("1 … 5", "Gates · Batch · Counters · Board · Plan"),
+        ("tab / shift+tab", "move focus; arrows move in tables"),
+        ("ctrl+p", "command palette: the same actions by name"),
+        ("?", "this help"),
+        ("q", "quit (asks first while a phase runs; the runner is stopped cleanly)"),
+    ]
+
+    def __init__(
+        self,
+        target: str | Path | None = None,
+        records_dir: str | Path | None = None,
+        autorun: bool = False,
+        *,
+        source: Source | None = None,
+        nvml: NvmlProbe | None = None,
+    ) -> None:
+        super().__init__()
+        self.autorun = autorun
+        self.source: Source | None = None
+        self.saved: Record | None = None
+        if source is not None:
+            self.source = source
+        else:
+            path = Path(target) if target else DEMO_CAMPAIGN
+            if path.suffix == ".toml" and path.is_file() and is_record(path):
+                self.saved = Record.read(path)  # RecordError: bad input, exit 2
+            else:
+                self.source = Session(path, records_dir)  # SpecError: bad input, exit 2
+        self.read_only = self.saved is not None
+        self.nvml = nvml if nvml is not None else NvmlProbe()
+        self.driver: Driver | None = Driver(self.source, self.post_message) if self.source else None
+        self.record_path: Path | None = self.saved.path if self.saved else None
+        # UI-thread state; the panes draw from it. Gates are replaced, never mutated.
+        self.gates: dict[str, GateState] = {}
+        self.started: dict[str, float] = {}
+        self.sections: dict[str, Any] = {}
+        self.live_runs: dict[str, dict[str, Any]] = {}
+        self.runner_counters: tuple[str, dict[str, float]] | None = None
+        self.nvml_snapshot: NvmlSnapshot | None = None
+        self.history: collections.deque[float] = collections.deque(maxlen=HISTORY)
+        self.history_label = "nothing sampled yet"
+        self.status_text = ""
+        self._last_status = ""
+        self.campaign_keys: set[str] = set()
+        self.dirty: set[str] = set(PANES)
+        self._nvml_stop = threading.Event()
+        self._load_initial()
+
+    # ------------------------------------------------------------------ state
+
+    def _load_initial(self) -> None:
+        if self.saved is not None:
+            data = self.saved.data
+            self.title = f"pilot-tui · {data['campaign'].get('name', '?')}"
+            self.sub_title = f"record {self.saved.id} (read-only)"
+            for row in data.get("phases", []):
+                gate = gate_from_row(row)
+                key, n = gate.key, 2
+                while key in self.gates:  # a step run twice keeps both rows
+                    key, n = f"{gate.key}#{n}", n + 1
+                self.gates[key] = gate.with_(key=key)
+            self.sections = {k: v for k, v in data.items() if k != "phases"}
+            self.status_text = f"read-only record: {self.saved.path}"
+            return
+        assert self.source is not None
+        name = getattr(getattr(self.source, "spec", None), "campaign", None)
+        self.title = f"pilot-tui · {name.name if name else 'campaign'}"
+        self.sub_title = f"record {self.source.record_id}"
+        self.campaign_keys = {step.key for step in self.source.steps}
+        for step in self.source.steps:
+            self.gates[step.key] = GateState(
+                key=step.key, label=step.label, phase=step.phase, variant=step.variant
+            )
+        self.status_text = "starting the runner…"
+
+    def _set_gate(self, gate: GateState) -> None:
+        self.gates[gate.key] = gate
+        self.dirty.update(("gates",))
+
+    @property
+    def selected_gate(self) -> GateState | None:
+        key = self.gates_pane.selected_key
+        return self.gates.get(key) if key else None
+
+    @property
+    def idle(self) -> bool:
+        """True when the runner is started and has nothing running or queued."""
+        d = self.driver
+        return d is not None and d.ready and not d.busy and not d.pending()
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with TabbedContent(initial="gates", id="tabs"):
+            with TabPane("1 Gates", id="gates"):
+                yield GatesPane()
+            with TabPane("2 Batch", id="batch"):
+                yield BatchPane()
+            with TabPane("3 Counters", id="counters"):
+                yield CountersPane()
+            with TabPane("4 Board", id="board"):
+                yield BoardPane()
+            with TabPane("5 Plan", id="plan"):
+                yield PlanPane()
+        yield Static(self.status_text, id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        # Kept once: `query_one` on the app searches the *active* screen, which is a modal at times.
+        self.tabs = self.query_one(TabbedContent)
+        self.status_bar = self.query_one("#status", Static)
+        self.gates_pane = self.query_one(GatesPane)
+        self.batch_pane = self.query_one(BatchPane)
+        self.counters_pane = self.query_one(CountersPane)
+        self.board_pane = self.query_one(BoardPane)
+        self.plan_pane = self.query_one(PlanPane)
+        self.panes: dict[str, Widget] = {
+            "gates": self.gates_pane,
+            "batch": self.batch_pane,
+            "counters": self.counters_pane,
+            "board": self.board_pane,
+            "plan": self.plan_pane,
+        }
+        if self.saved is not None and self.sections.get("environment", {}).get("device") == "cpu":
+            self.gates_pane.set_cpu()
+        self.redraw(force_all=True)
+        self.query_one("#gate-table").focus()
+        self.redraw_timer = self.set_interval(REDRAW_S, self.redraw)
+        if self.driver is not None:
+            self.run_worker(
+                self.driver.run,
+                name="runner",
+                group="runner",
+                exclusive=True,
+                thread=True,
+                exit_on_error=False,
+                description="drives the runner process: starts it, runs queued steps, closes it",
+            )
+            self.run_worker(
+                self._poll_nvml,
+                name="nvml",
+                group="nvml",
+                exclusive=True,
+                thread=True,
+                exit_on_error=False,
+                description="samples every GPU through NVML about twice a second",
+            )
+
+    def _poll_nvml(self) -> None:
+        """Worker thread: cheap NVML queries at ~2 Hz; stops for good when NVML is unavailable."""
+        try:
+            while not self._nvml_stop.is_set():
+                snap = self.nvml.sample()
+                self.post_message(NvmlSampled(snap))
+                if snap.error:
+                    return  # nothing will change: no driver, no GPU
+                self._nvml_stop.wait(NVML_PERIOD_S)
+        finally:
+            self.nvml.close()
+
+    def on_unmount(self) -> None:
+        self.stop_workers()
+
+    def stop_workers(self) -> None:
+        """Stop the workers and close the session: the runner process never outlives the app."""
+        if hasattr(self, "redraw_timer"):
+            self.redraw_timer.stop()
+        self._nvml_stop.set()
+        driver = self.driver
+        if driver is None:
+            return
+        driver.stop()
+        if not driver.done.wait(JOIN_TIMEOUT_S) and self.source is not None:
+            self.source.close(timeout=1.0)  # last resort: kills the runner
+
+    # ------------------------------------------------------------------ redraw (≤ 10×/s)
+
+    def redraw(self, force_all: bool = False) -> None:
+        """Draw the dirty panes (only the visible one unless `force_all`)."""
+        with contextlib.suppress(NoMatches):  # the app is closing: its widgets are already gone
+            self.draw_dirty(force_all)
+
+    def draw_dirty(self, force_all: bool) -> None:
+        active = self.tabs.active or "gates"
+        running = any(g.status == RUNNING for g in self.gates.values())
+        if running:
+            self.dirty.add("gates")  # the elapsed time of the running row moves
+        todo = set(self.dirty) if force_all else ({active} & self.dirty)
+        with self.batch_update():
+            for pane in todo:
+                self._draw(pane)
+            line = self._status_line()
+            if line != self._last_status:
+                self._last_status = line
+                self.status_bar.update(line, layout=False)  # one fixed line: no relayout
+        self.dirty -= todo
+
+    def _draw(self, pane: str) -> None:
+        if pane == "gates":
+            self.gates_pane.show(list(self.gates.values()), self.started)
+        elif pane == "batch":
+            rows = [g.row for g in self.gates.values() if g.phase == "inspect" and g.row]
+            self.batch_pane.show(rows[-1] if rows else None)
+        elif pane == "counters":
+            counters = self.counters_pane
+            if self.saved is not None:
+                peaks = [_peak(g.row.get("memory", {})) for g in self.gates.values()]
+                counters.show_saved(self.sections.get("environment", {}), [p for p in peaks if p is not None])
+            else:
+                counters.show(
+                    self.nvml_snapshot, self.runner_counters, list(self.history), self.history_label
+                )
+        elif pane == "board":
+            self.board_pane.show(self._runs(), list(self.sections.get("variants", [])))
+        elif pane == "plan":
+            self.plan_pane.show(self.sections.get("plan"), self.sections.get("conclusion"))
+
+    def _runs(self) -> list[dict[str, Any]]:
+        """Record rows win; live points fill in runs whose row has not arrived yet."""
+        runs = {str(r.get("id")): r for r in self.sections.get("runs", []) if isinstance(r, dict)}
+        for run_id, live in self.live_runs.items():
+            runs.setdefault(run_id, live)
+        return list(runs.values())
+
+    def _status_line(self) -> str:
+        if self.saved is not None:
+            return self.status_text
+        done = sum(1 for g in self.gates.values() if g.finished)
+        running = [g for g in self.gates.values() if g.status == RUNNING]
+        queued = sum(1 for g in self.gates.values() if g.status == QUEUED)
+        parts = [f"{done}/{len(self.gates)} steps done"]
+        if running:
+            g = running[0]
+            parts.append(f"running {g.key}" + (f" {g.done}/{g.total}" if g.total else ""))
+        if queued:
+            parts.append(f"{queued} queued")
+        if self.status_text:
+            parts.append(self.status_text)
+        return " · ".join(parts)
+
+    @on(TabbedContent.TabActivated)
+    def handle_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        pane = event.pane.id or ""
+        if pane in self.dirty:
+            self._draw(pane)
+            self.dirty.discard(pane)
+
+    # ------------------------------------------------------------------ worker messages
+
+    @on(SessionReady)
+    def handle_ready(self, msg: SessionReady) -> None:
+        self.record_path = msg.record_path
+        self.status_text = f"record {msg.record_path.name}"  # the full path: `e` shows it
+        device = str(msg.environment.get("device", "?"))
+        if device == "cpu":
+            self.gates_pane.set_cpu()
+        self.sub_title = f"{self.sub_title.split(' · ')[0]} · {device}"
+        if self.autorun:
+            self.action_run_all()
+
+    @on(SessionFailed)
+    def handle_failed(self, msg: SessionFailed) -> None:
+        self.status_text = f"runner: {msg.reason}"
+        for gate in list(self.gates.values()):
+            if gate.status == QUEUED:
+                self._set_gate(gate.with_(status=WAITING))
+        self.notify(msg.reason, title="runner", severity="error", timeout=10)
+
+    @on(PhaseStartedMsg)
+    def handle_phase_started(self, msg: PhaseStartedMsg) -> None:
+        e = msg.event
+        gate = self.gates.get(e.step) or GateState(
+            key=e.step, label=f"{e.phase} [{e.variant}]", phase=e.phase, variant=e.variant
+        )
+        self.started[e.step] = time.monotonic()
+        self._set_gate(gate.with_(status=RUNNING, params=dict(e.params), done=0, total=0, row={}))
+
+    @on(PhaseProgressMsg)
+    def handle_phase_progress(self, msg: PhaseProgressMsg) -> None:
+        e = msg.event
+        gate = self.gates.get(e.step)
+        if gate is not None:
+            self._set_gate(gate.with_(done=e.done, total=e.total, loss=e.loss, message=e.message))
+
+    @on(PhaseFinishedMsg)
+    def handle_phase_finished(self, msg: PhaseFinishedMsg) -> None:
+        row = msg.event.row
+        gate = self.gates.get(msg.event.step) or gate_from_row(row)
+        self.started.pop(gate.key, None)
+        self._set_gate(gate.with_(status=str(row.get("verdict", "fail")), row=row))
+        if gate.phase == "inspect":
+            self.dirty.add("batch")
+        self.dirty.add("counters")
+
+    @on(CountersMsg)
+    def handle_counters(self, msg: CountersMsg) -> None:
+        e = msg.event
+        self.runner_counters = (e.device, dict(e.values))
+        if not (self.nvml_snapshot and self.nvml_snapshot.gpus):
+            value = e.values.get("rss_mb", e.values.get("allocated_mb"))
+            if value is not None:
+                self.history.append(value)
+                kind = "RSS" if "rss_mb" in e.values else "allocated"
+                self.history_label = f"runner {kind} (MiB) while phases run"
+        self.dirty.add("counters")
+
+    @on(NvmlSampled)
+    def handle_nvml_sampled(self, msg: NvmlSampled) -> None:
+        self.nvml_snapshot = msg.snapshot
+        gpus = msg.snapshot.gpus
+        if gpus and gpus[0].memory_used_mb is not None:
+            self.history.append(gpus[0].memory_used_mb)
+            self.history_label = "GPU 0 memory used (NVML, MiB), last 30 s"
+        self.dirty.add("counters")
+
+    @on(RunUpdateMsg)
+    def handle_run_update(self, msg: RunUpdateMsg) -> None:
+        e = msg.event
+        # Replaced, not mutated: the board compares the previous list to decide to re-plot.
+        run = dict(self.live_runs.get(e.run_id, {"id": e.run_id, "losses": [], "validation": []}))
+        run["losses"] = [*run["losses"], e.loss]
+        if e.validation is not None:
+            run["validation"] = [*run["validation"], {"update": e.update, "loss": e.validation}]
+        run["status"] = e.status
+        self.live_runs[e.run_id] = run
+        self.dirty.add("board")
+
+    @on(RecordUpdateMsg)
+    def handle_record_update(self, msg: RecordUpdateMsg) -> None:
+        e = msg.event
+        if e.section in LIST_SECTIONS:
+            self.sections[e.section] = [*self.sections.get(e.section, []), e.value]
+        else:
+            self.sections[e.section] = e.value
+        self.dirty.update(("board", "plan"))
+
+    @on(RunnerErrorMsg)
+    def handle_runner_error(self, msg: RunnerErrorMsg) -> None:
+        self.notify(msg.event.message, title="runner error", severity="error", timeout=10)
+
+    @on(DriverIdle)
+    def handle_driver_idle(self) -> None:
+        self.dirty.add("gates")
+        campaign = [g for g in self.gates.values() if g.key in self.campaign_keys]
+        if campaign and all(g.finished for g in campaign) and self.driver is not None:
+            self.driver.plan()  # every step ran: the choice sheet and package from the rows
+
+    @on(RecordExported)
+    def handle_exported(self, msg: RecordExported) -> None:
+        if msg.error:
+            self.notify(f"record not written: {msg.error}", title="export", severity="error", timeout=10)
+        else:
+            self.record_path = msg.path
+            self.notify(f"record written: {msg.path}", title="export", timeout=8)
+
+    # ------------------------------------------------------------------ actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.read_only and action in RUN_ACTIONS:
+            return False
+        return not (action in NOTE_ACTIONS and not notes_available())
+
+    def palette_allows(self, action: str) -> bool:
+        name = action.split("(")[0]
+        return bool(self.check_action(name, ()))
+
+    def queue_steps(self, keys: list[str], overrides: dict[str, Any] | None = None) -> None:
+        assert self.driver is not None
+        for key in self.driver.submit(keys, overrides):
+            self._set_gate(self.gates[key].with_(status=QUEUED))
+        self.redraw()
+
+    def action_next_step(self) -> None:
+        """Run the next waiting step."""
+        waiting = [g.key for g in self.gates.values() if g.status == WAITING]
+        if not waiting:
+            self.notify("every step has run or is queued", severity="warning")
+            return
+        self.queue_steps(waiting[:1])
+
+    def action_run_all(self) -> None:
+        """Queue every waiting step, in campaign order."""
+        waiting = [g.key for g in self.gates.values() if g.status == WAITING]
+        if not waiting:
+            self.notify("every step has run or is queued", severity="warning")
+            return
+        self.queue_steps(waiting)
+
+    def action_cancel_phase(self) -> None:
+        """Cancel the running step and drop the queued ones."""
+        assert self.driver is not None
+        running = self.driver.current
+        for key in self.driver.cancel():
+            self._set_gate(self.gates[key].with_(status=WAITING))
+        if running:
+            self.notify(f"cancelling {running}…", title="cancel")
+        else:
+            self.notify("nothing is running", severity="warning")
+        self.redraw()
+
+    def action_variant(self) -> None:
+        """Re-run the selected phase as a new variant with overrides (a form asks which)."""
+        gate = self.selected_gate
+        if gate is None:
+            self.notify("select a row in Gates first", severity="warning")
+            return
+        taken = {g.variant for g in self.gates.values()} | {k.partition("@")[2] for k in self.gates}
+        spec = getattr(self.source, "spec", None)
+        if spec is not None:
+            taken |= {v.id for v in spec.variants}
+        variant = next_variant_id(taken)
+        current = dict(gate.row.get("params") or gate.params) if (gate.row or gate.params) else {}
+        if not current and spec is not None:
+            b = spec.batch
+            current = {
+                "microbatch": b.microbatch,
+                "max_length": b.max_length,
+                "precision": b.precision,
+                "activation_checkpointing": b.activation_checkpointing,
+            }
+
+        def chosen(overrides: dict[str, Any] | None) -> None:
+            if overrides is None:
+                return
+            key = f"{gate.phase}@{variant}"
+            label = f"{gate.phase} [{variant}]"
+            self.gates[key] = GateState(key=key, label=label, phase=gate.phase, variant=variant)
+            changes = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "no change"
+            self.notify(f"{key}: {changes}", title="new variant")
+            self.queue_steps([key], overrides)
+
+        self.push_screen(VariantForm(gate.phase, variant, current), chosen)
+
+    def action_export(self) -> None:
+        """Write the record (it is also saved after every phase) and show its path."""
+        if self.saved is not None:
+            self.notify(f"read-only record, nothing to write: {self.saved.path}", title="export")
+            return
+        assert self.driver is not None
+        if self.driver.busy:
+            self.notify("the record is written when the running step ends", title="export")
+        self.driver.export()
+
+    def action_note(self) -> None:
+        """An observation on the selected row (its step key once it ran), kept in `[[notes]]`."""
+        gate = self.selected_gate
+        target = gate.key.split("#")[0] if gate and gate.row else "campaign"
+        self.push_screen(TextPrompt(f"Note on [b]{target}[/b]"), lambda r: self.write_note("note", target, r))
+
+    def action_conclude(self) -> None:
+        """The campaign's conclusion, and the configuration kept (`[conclusion]`)."""
+        prompt = TextPrompt("Campaign conclusion", second="decision (the configuration kept, e.g. control)")
+        self.push_screen(prompt, lambda r: self.write_note("conclusion", "", r))
+
+    def write_note(self, kind: str, target: str, answer: dict[str, str] | None) -> None:
+        """Live: into the session's record on the runner thread (between saves); saved: the file."""
+        if not answer:
+            return
+        from .. import notes
+
+        if self.driver is None:
+            assert self.saved is not None
+            try:
+                if kind == "note":
+                    notes.add_note(self.saved.path, target, answer["text"])
+                else:
+                    notes.set_conclusion(self.saved.path, answer["text"], decision=answer["second"])
+                self.note_written(kind, Record.read(self.saved.path).data, "")
+            except (RecordError, OSError) as exc:
+                self.notify(str(exc), title=kind, severity="error")
+            return
+
+        def write(record: Record | None) -> None:
+            error, data = "", {}
+            try:
+                if record is None:
+                    raise RecordError("no record yet: the runner has not started")
+                if kind == "note":
+                    record.append("notes", notes.make_note(record.data, target, answer["text"]))
+                else:
+                    entry = notes.make_conclusion(answer["text"], answer["second"])
+                    record.set_section("conclusion", entry)
+                record.save()
+                data = {k: record.data[k] for k in ("notes", "conclusion") if k in record.data}
+            except (RecordError, OSError) as exc:
+                error = str(exc)
+            self.call_from_thread(self.note_written, kind, data, error)
+
+        if self.driver.busy:
+            self.notify(f"the {kind} is written when the running step ends", title=kind)
+        self.driver.call(write)
+
+    def note_written(self, kind: str, data: dict[str, Any], error: str) -> None:
+        if error:
+            self.notify(error, title=kind, severity="error", timeout=10)
+            return
+        for section in ("notes", "conclusion"):
+            if section in data:
+                self.sections[section] = data[section]
+        self.dirty.add("plan")
+        self.notify(f"{kind} written to {self.record_path}", title=kind)
+
+    def action_show_pane(self, pane: str) -> None:
+        """Switch tab and move focus into it (a focused widget in a hidden pane would pull back)."""
+        self.tabs.active = pane
+        self.focus_target(pane).focus()
+
+    def focus_target(self, pane: str) -> Widget:
+        targets = {"gates": "#gate-table", "board": "#run-table"}
+        selector = targets.get(pane)
+        pane_widget = self.panes[pane]
+        if selector and pane_widget.query_one(selector).display:
+            return pane_widget.query_one(selector)
+        return pane_widget
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.HELP_KEYS))
+
+    def action_request_quit(self) -> None:
+        """Quit; while a phase runs, ask first, then cancel it and close the runner cleanly."""
+        d = self.driver
+        if d is None or not (d.busy or d.pending()):
+            self.exit(0)
+            return
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.status_text = "cancelling the running phase and closing the runner…"
+                self.exit(0)
+
+        self.push_screen(ConfirmScreen("A phase is running. Cancel it and quit?"), answer)
+
+
+def _peak(memory: dict[str, Any]) -> float | None:
+    for key in ("peak_reserved_mb", "peak_rss_mb", "peak_allocated_mb"):
+        if isinstance(memory.get(key), int | float):
+            return float(memory[key])
+    return None

@@ -1,0 +1,194 @@
+"""The runner driver: the body of the dashboard's one runner worker thread.
+
+It owns the data source (a `Session`, or a replay of a recorded event stream) for its whole life:
+starts it, runs the steps the UI queues, posts every event as a Textual message, and closes it
+(no orphan runner) when told to stop. Only this thread touches the session's record while it
+runs; the UI thread only queues commands and calls `cancel()`, which just writes to the pipe.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from textual.message import Message
+
+from .. import events as ev
+from ..record import Record
+from ..steps import Step
+from .messages import DriverIdle, RecordExported, SessionFailed, SessionReady, wrap
+
+
+class Source(Protocol):
+    """What the dashboard needs from a data source; `pilot_tui.session.Session` is one."""
+
+    steps: list[Step]
+    record: Record | None
+    record_id: str
+
+    def start(self) -> ev.RunnerReady: ...
+    def run_step(self, key: str, overrides: dict[str, Any] | None = None) -> Iterator[ev.Message]: ...
+    def cancel(self) -> None: ...
+    def close(self, timeout: float = 5.0) -> None: ...
+
+
+@dataclass(frozen=True)
+class Command:
+    """A queued request: run one step (with overrides), or write the record."""
+
+    kind: str  # "step" | "export" | "call"
+    key: str = ""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    fn: Callable[[Record | None], Any] | None = None
+
+
+class Driver:
+    """Queue of commands plus the thread body that executes them in order."""
+
+    def __init__(self, source: Source, post: Callable[[Message], Any]) -> None:
+        self.source = source
+        self._post = post
+        self._queue: collections.deque[Command] = collections.deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self.current: str | None = None
+        self.ready = False
+        self.done = threading.Event()
+
+    # ------------------------------------------------------------------ UI-thread side
+
+    @property
+    def busy(self) -> bool:
+        return self.current is not None
+
+    def pending(self) -> list[str]:
+        with self._cond:
+            return [c.key for c in self._queue if c.kind == "step"]
+
+    def submit(self, keys: Iterable[str], overrides: dict[str, Any] | None = None) -> list[str]:
+        """Queue steps to run in order; returns the keys queued."""
+        keys = list(keys)
+        with self._cond:
+            for key in keys:
+                self._queue.append(Command("step", key, dict(overrides or {})))
+            self._cond.notify()
+        return keys
+
+    def export(self) -> None:
+        """Refresh the plan and write the record now if idle, or right after the running step."""
+        with self._cond:
+            self._queue.appendleft(Command("export"))
+            self._cond.notify()
+
+    def plan(self) -> None:
+        """Recompute the record's `[plan]` from the rows so far (after the last step)."""
+        with self._cond:
+            self._queue.append(Command("plan"))
+            self._cond.notify()
+
+    def call(self, fn: Callable[[Record | None], Any]) -> None:
+        """Run `fn(record)` on the worker thread, between steps, so it never races a save."""
+        with self._cond:
+            self._queue.appendleft(Command("call", fn=fn))
+            self._cond.notify()
+
+    def clear(self) -> list[str]:
+        """Drop every queued step (not the running one); returns their keys."""
+        with self._cond:
+            dropped = [c.key for c in self._queue if c.kind == "step"]
+            self._queue = collections.deque(c for c in self._queue if c.kind != "step")
+            return dropped
+
+    def cancel(self) -> list[str]:
+        """Cancel the running step and drop the queued ones (a cancel stops `run all` too)."""
+        dropped = self.clear()
+        if self.busy:
+            self.source.cancel()
+        return dropped
+
+    def stop(self) -> None:
+        """Ask the thread to finish: cancel what runs, then close the source."""
+        with self._cond:
+            self._stop = True
+            self._queue.clear()
+            self._cond.notify()
+        if self.busy:
+            self.source.cancel()
+
+    # ------------------------------------------------------------------ worker-thread side
+
+    def _next(self) -> Command | None:
+        with self._cond:
+            while not self._queue and not self._stop:
+                self._cond.wait()
+            if self._stop:
+                return None
+            return self._queue.popleft()
+
+    def run(self) -> None:
+        """Thread body: start the source, then execute queued commands until `stop()`."""
+        try:
+            try:
+                ready = self.source.start()
+            except Exception as exc:
+                self._post(SessionFailed(str(exc)))
+                return
+            record = self.source.record
+            self.ready = True
+            self._post(SessionReady(record.path if record else Path(), dict(ready.environment)))
+            while (cmd := self._next()) is not None:
+                if cmd.kind == "export":
+                    self._export()
+                    continue
+                if cmd.kind == "plan":
+                    self._plan()
+                    continue
+                if cmd.kind == "call" and cmd.fn is not None:
+                    try:
+                        cmd.fn(self.source.record)
+                    except Exception as exc:
+                        self._post(SessionFailed(f"could not write the record: {exc}"))
+                    continue
+                self.current = cmd.key
+                try:
+                    for event in self.source.run_step(cmd.key, cmd.overrides):
+                        msg = wrap(event)
+                        if msg is not None:
+                            self._post(msg)
+                except Exception as exc:  # a runner that cannot restart; the UI keeps going
+                    self._post(SessionFailed(f"{cmd.key}: {exc}"))
+                finally:
+                    self.current = None
+                with self._cond:
+                    idle = not self._queue
+                if idle:
+                    self._post(DriverIdle())
+        finally:
+            try:
+                self.source.close()
+            finally:
+                self.done.set()
+
+    def _plan(self) -> None:
+        finish = getattr(self.source, "finish", None)
+        if self.source.record is None or finish is None:
+            return
+        plan = finish()  # saves the record; a planning error is kept in [plan] error
+        msg = wrap(ev.RecordUpdate(section="plan", value=plan))
+        if msg is not None:
+            self._post(msg)
+
+    def _export(self) -> None:
+        record = self.source.record
+        if record is None:
+            self._post(RecordExported(None, "no record yet: the runner has not started"))
+            return
+        try:
+            self._plan()
+            self._post(RecordExported(record.save()))
+        except Exception as exc:
+            self._post(RecordExported(record.path, str(exc)))

@@ -1,0 +1,105 @@
+"""Textual messages the background workers post to the app (never widget calls from a thread).
+
+Each wraps one immutable value: a runner event from `pilot_tui.events`, an NVML snapshot, or a
+change of the driver's state. The app's `@on` handlers update reactive state on the UI thread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.message import Message
+
+from .. import events as ev
+from .nvml import NvmlSnapshot
+
+
+class RunnerEvent(Message):
+    """Base: one event from the runner, exactly as `Session.run_step` yielded it."""
+
+    def __init__(self, event: ev.Message) -> None:
+        super().__init__()
+        self.event = event
+
+
+class PhaseStartedMsg(RunnerEvent):
+    """A step began (`event` is a PhaseStarted)."""
+
+
+class PhaseProgressMsg(RunnerEvent):
+    """Progress inside a long step (`event` is a PhaseProgress)."""
+
+
+class PhaseFinishedMsg(RunnerEvent):
+    """A step ended and its row is already saved in the record (`event` is a PhaseFinished)."""
+
+
+class CountersMsg(RunnerEvent):
+    """The runner's own memory counters (`event` is a Counters)."""
+
+
+class RunUpdateMsg(RunnerEvent):
+    """A live point of an LR run (`event` is a RunUpdate)."""
+
+
+class RecordUpdateMsg(RunnerEvent):
+    """Extra record content: runs, variants, plan… (`event` is a RecordUpdate)."""
+
+
+class RunnerErrorMsg(RunnerEvent):
+    """A command failed outside any phase (`event` is a RunnerError)."""
+
+
+WRAPPERS: dict[type[ev.Message], type[RunnerEvent]] = {
+    ev.PhaseStarted: PhaseStartedMsg,
+    ev.PhaseProgress: PhaseProgressMsg,
+    ev.PhaseFinished: PhaseFinishedMsg,
+    ev.Counters: CountersMsg,
+    ev.RunUpdate: RunUpdateMsg,
+    ev.RecordUpdate: RecordUpdateMsg,
+    ev.RunnerError: RunnerErrorMsg,
+}
+
+
+def wrap(event: ev.Message) -> RunnerEvent | None:
+    """The Textual message for a runner event, or None for events the UI does not show."""
+    cls = WRAPPERS.get(type(event))
+    return cls(event) if cls else None
+
+
+class SessionReady(Message):
+    """The runner started and the record file exists."""
+
+    def __init__(self, record_path: Path, environment: dict) -> None:
+        super().__init__()
+        self.record_path = record_path
+        self.environment = environment
+
+
+class SessionFailed(Message):
+    """The runner could not start or restart; `reason` is one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+
+class DriverIdle(Message):
+    """The driver has no step left to run."""
+
+
+class RecordExported(Message):
+    """`e`: the record was written to `path` (or why not)."""
+
+    def __init__(self, path: Path | None, error: str = "") -> None:
+        super().__init__()
+        self.path = path
+        self.error = error
+
+
+class NvmlSampled(Message):
+    """A fresh NVML snapshot for the Counters pane."""
+
+    def __init__(self, snapshot: NvmlSnapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot

@@ -1,0 +1,139 @@
+"""NVML access for the Counters pane: the only place the UI process talks to the GPU driver.
+
+The UI never creates a CUDA context (no torch here): it reads each device through NVML, like
+nvitop. Every query fails soft — a device that cannot report its power or temperature shows
+"n/a" instead of taking the pane down — and process lists, which cost milliseconds per call, are
+never polled on the fast timer. The NVML library object is injected so tests can hand a fake at
+this hardware boundary and nowhere else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One device at one instant; None means NVML could not say (never a made-up zero)."""
+
+    index: int
+    name: str
+    memory_used_mb: float | None
+    memory_total_mb: float | None
+    utilization: int | None
+    temperature_c: int | None
+    power_w: float | None
+    power_limit_w: float | None
+
+
+@dataclass(frozen=True)
+class NvmlSnapshot:
+    """Every device at one instant, or the reason NVML cannot be read (`error`)."""
+
+    time: float
+    gpus: tuple[GpuSample, ...] = ()
+    driver: str = ""
+    error: str = ""
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why NVML is not usable, in the user's terms."""
+    name = type(exc).__name__
+    text = str(exc)
+    if isinstance(exc, ImportError):
+        return "NVML: the pynvml module (nvidia-ml-py) is not installed"
+    if "LibraryNotFound" in name or "Library Not Found" in text:
+        return "NVML: driver not found (no libnvidia-ml: this machine has no NVIDIA driver)"
+    if "DriverNotLoaded" in name or "Driver Not Loaded" in text:
+        return "NVML: the NVIDIA driver is not loaded"
+    if "NoPermission" in name:
+        return "NVML: no permission to read the GPU"
+    return f"NVML: {text or name}"
+
+
+class NvmlProbe:
+    """Reads every GPU through NVML; `open()` says why it cannot, `sample()` never raises."""
+
+    def __init__(self, lib: Any = None) -> None:
+        self._lib = lib
+        self._handles: list[Any] = []
+        self._names: list[str] = []
+        self.error = ""
+        self.driver = ""
+        self._opened = False
+
+    def open(self) -> str:
+        """Initialise NVML once; returns "" when usable, else the reason (shown in the pane)."""
+        if self._opened:
+            return self.error
+        self._opened = True
+        try:
+            if self._lib is None:
+                import pynvml  # nvidia-ml-py: a pure-Python binding, cheap to import
+
+                self._lib = pynvml
+            self._lib.nvmlInit()
+        except Exception as exc:
+            self.error = _reason(exc)
+            return self.error
+        lib = self._lib
+        count = self._query(lib.nvmlDeviceGetCount, default=0)
+        for i in range(count or 0):
+            handle = self._query(lib.nvmlDeviceGetHandleByIndex, i)
+            if handle is None:
+                continue
+            self._handles.append(handle)
+            name = self._query(lib.nvmlDeviceGetName, handle, default=f"GPU {i}")
+            self._names.append(name.decode() if isinstance(name, bytes) else str(name))
+        driver = self._query(lib.nvmlSystemGetDriverVersion, default="")
+        self.driver = driver.decode() if isinstance(driver, bytes) else str(driver or "")
+        if not self._handles:
+            self.error = "NVML: no NVIDIA GPU found"
+        return self.error
+
+    @staticmethod
+    def _query(fn: Callable[..., T], *args: Any, default: T | None = None) -> T | None:
+        # nvitop's nvmlQuery: one failed counter must not hide the others.
+        try:
+            return fn(*args)
+        except Exception:
+            return default
+
+    def sample(self) -> NvmlSnapshot:
+        """Every device now (memory, utilisation, temperature, power); cheap calls only."""
+        now = time.time()
+        if self.open():
+            return NvmlSnapshot(time=now, error=self.error)
+        lib = self._lib
+        gpus = []
+        for i, handle in enumerate(self._handles):
+            mem = self._query(lib.nvmlDeviceGetMemoryInfo, handle)
+            util = self._query(lib.nvmlDeviceGetUtilizationRates, handle)
+            temp = self._query(lib.nvmlDeviceGetTemperature, handle, getattr(lib, "NVML_TEMPERATURE_GPU", 0))
+            power = self._query(lib.nvmlDeviceGetPowerUsage, handle)
+            limit = self._query(lib.nvmlDeviceGetEnforcedPowerLimit, handle)
+            gpus.append(
+                GpuSample(
+                    index=i,
+                    name=self._names[i],
+                    memory_used_mb=mem.used / MIB if mem is not None else None,
+                    memory_total_mb=mem.total / MIB if mem is not None else None,
+                    utilization=int(util.gpu) if util is not None else None,
+                    temperature_c=int(temp) if temp is not None else None,
+                    power_w=power / 1000 if power is not None else None,
+                    power_limit_w=limit / 1000 if limit is not None else None,
+                )
+            )
+        return NvmlSnapshot(time=now, gpus=tuple(gpus), driver=self.driver)
+
+    def close(self) -> None:
+        """Release NVML (safe to call when it never opened)."""
+        if self._opened and not self.error and self._lib is not None:
+            self._query(self._lib.nvmlShutdown)
+        self._handles.clear()

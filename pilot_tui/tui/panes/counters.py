@@ -1,0 +1,118 @@
+"""Counters pane: live per-GPU NVML figures, the runner's own memory counters, a short history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Label, Sparkline, Static
+
+from ..nvml import GpuSample, NvmlSnapshot
+from ..state import bar, fmt_mb, fmt_value
+
+# The runner's counters, in the order shown; allocated and reserved side by side, never summed.
+CUDA_KEYS = (
+    ("allocated_mb", "allocated"),
+    ("reserved_mb", "reserved"),
+    ("peak_allocated_mb", "peak allocated"),
+    ("peak_reserved_mb", "peak reserved"),
+)
+CPU_KEYS = (("rss_mb", "process RSS"), ("peak_rss_mb", "peak RSS"))
+
+
+def _na(value: Any, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def gpu_table(gpus: Sequence[GpuSample]) -> Table:
+    """One line per GPU: memory used/total as a bar, utilisation, temperature, power (fits 80 cols)."""
+    table = Table(box=None, padding=(0, 1), expand=True)
+    table.add_column("gpu", no_wrap=True, overflow="ellipsis", ratio=1)
+    for name in ("memory", "used/total", "util", "temp", "power"):
+        table.add_column(name, no_wrap=True)
+    for g in gpus:
+        if g.memory_used_mb is not None and g.memory_total_mb:
+            mem_bar = bar(int(g.memory_used_mb), int(g.memory_total_mb), 12)
+            used = f"{g.memory_used_mb / 1024:.1f}/{g.memory_total_mb / 1024:.0f} GiB"
+        else:
+            mem_bar, used = "n/a", "n/a"
+        power = _na(g.power_w, "{:.0f}")
+        power += f"/{g.power_limit_w:.0f} W" if g.power_w is not None and g.power_limit_w else " W"
+        table.add_row(
+            Text(f"{g.index} {g.name.removeprefix('NVIDIA ')}"),
+            Text(mem_bar, style="magenta"),
+            used,
+            _na(g.utilization, "{}%"),
+            _na(g.temperature_c, "{}°C"),
+            power if g.power_w is not None else "n/a",
+        )
+    return table
+
+
+def runner_table(device: str, values: dict[str, float]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    keys = CUDA_KEYS if any(k in values for k, _ in CUDA_KEYS) else CPU_KEYS
+    grid.add_row("device", Text(device))
+    for key, label in keys:
+        if key in values:
+            grid.add_row(label, fmt_mb(values[key]))
+    return grid
+
+
+class CountersPane(VerticalScroll):
+    """NVML view of each GPU (or why there is none) beside the runner's allocator / RSS counters."""
+
+    def compose(self) -> ComposeResult:
+        yield Label("GPUs (NVML)", classes="section")
+        yield Static("NVML: not read yet", id="nvml")
+        yield Label("Runner process", classes="section")
+        yield Static("no counters yet: they arrive while a phase runs", id="runner")
+        yield Label("History", id="history-label", classes="section")
+        yield Sparkline([], id="history")
+
+    def show(
+        self,
+        nvml: NvmlSnapshot | None,
+        runner: tuple[str, dict[str, float]] | None,
+        history: Sequence[float],
+        history_label: str,
+    ) -> None:
+        """Redraw from the app's latest samples (at most ~10×/s, only while visible)."""
+        widget = self.query_one("#nvml", Static)
+        if nvml is None:
+            widget.update(Text("NVML: not read yet", style="dim"))
+        elif nvml.error:
+            widget.update(Text(f"{nvml.error}; showing the runner's CPU memory instead.", style="yellow"))
+        else:
+            widget.update(gpu_table(nvml.gpus))
+        if runner is not None:
+            self.query_one("#runner", Static).update(runner_table(*runner))
+        self.query_one("#history", Sparkline).data = list(history)
+        self.query_one("#history-label", Label).update(Text(f"History: {history_label}"))
+
+    def show_saved(self, environment: dict[str, Any], peaks: list[float]) -> None:
+        """A saved record has no live samples: its devices, and each phase's peak as history."""
+        devices = environment.get("devices") or []
+        if devices:
+            table = Table(box=None, padding=(0, 1))
+            for key in devices[0]:
+                table.add_column(str(key))
+            for d in devices:
+                table.add_row(*(Text(fmt_value(v)) for v in d.values()))
+            self.query_one("#nvml", Static).update(table)
+        else:
+            device = environment.get("device", "?")
+            self.query_one("#nvml", Static).update(
+                Text(f"recorded on {device}: no GPU in this record (saved record, nothing live)", style="dim")
+            )
+        self.query_one("#runner", Static).update(
+            Text("saved record: no live counters; each phase's peak is in the Gates pane", style="dim")
+        )
+        self.query_one("#history", Sparkline).data = peaks
+        self.query_one("#history-label", Label).update("History: peak memory of each phase (MiB)")

@@ -1,0 +1,109 @@
+"""Pilot tests against the real runner process (torch on CPU): keys only, end to end.
+
+One runner per test; the campaigns are the fast demo with the phases other tests cover skipped.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import psutil
+
+from pilot_tui.tui.app import PilotApp
+from pilot_tui.tui.screens import ConfirmScreen, VariantForm
+from pilot_tui.tui.state import FAIL, RUNNING, WAITING
+
+from .fake_nvml import NoDriverNvml
+from .waiting import wait_for
+
+SKIP = ["stack", "inspect", "split", "overfit", "lr_run", "resume", "final"]
+
+
+def gone(pid: int) -> bool:
+    """The runner process no longer exists (or is a zombie nobody will reap: it is not)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def make_app(path: Path, tmp_path: Path) -> PilotApp:
+    from pilot_tui.tui.nvml import NvmlProbe
+
+    return PilotApp(path, records_dir=tmp_path / "records", nvml=NvmlProbe(NoDriverNvml()))
+
+
+async def test_demo_end_to_end_with_keys(write_campaign, tmp_path: Path) -> None:
+    path = write_campaign({"phases": {"skip": SKIP}})
+    app = make_app(path, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.driver.ready, "the runner to start")
+        pid = app.source.runner_pid
+        await pilot.press("n")
+        await wait_for(pilot, lambda: app.gates["load"].finished, "load to finish")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: app.idle and all(g.finished for g in app.gates.values()), "every step")
+        # The steady row, re-run as a new variant with a smaller microbatch, from the form.
+        await pilot.press("down", "down")
+        assert app.selected_gate.key == "steady"
+        await pilot.press("v")
+        await wait_for(pilot, lambda: isinstance(app.screen, VariantForm), "the variant form")
+        await pilot.press("1", "enter")
+        await wait_for(
+            pilot, lambda: "steady@v1" in app.gates and app.gates["steady@v1"].finished, "steady@v1"
+        )
+        await pilot.press("e")
+        await wait_for(pilot, lambda: "plan" in app.sections, "the export")
+        record = tomllib.loads(Path(app.record_path).read_text())
+        steps = [row["step"] for row in record["phases"]]
+        assert steps == [k for k in app.gates]  # one row per gate, in order, steady@v1 last
+        for row in record["phases"]:
+            assert app.gates[row["step"]].status == row["verdict"]
+            assert "peak_rss_mb" in row["memory"] and row["duration_s"] >= 0
+        v1 = record["phases"][-1]
+        assert v1["variant"] == "v1" and v1["params"]["microbatch"] == 1
+        assert "sheet" in record["plan"]
+        await pilot.press("q")  # idle: quits without asking
+    assert gone(pid)
+
+
+async def test_cancel_mid_phase_then_quit_while_running(write_campaign, tmp_path: Path) -> None:
+    path = write_campaign(
+        {"phases": {"skip": [*SKIP, "save", "export"], "steady_updates": 2000}}, drop=("variants",)
+    )
+    app = make_app(path, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.driver.ready, "the runner to start")
+        pid = app.source.runner_pid
+        await pilot.press("a")
+        await wait_for(
+            pilot,
+            lambda: app.gates["steady"].status == RUNNING and app.gates["steady"].done > 0,
+            "steady to run",
+        )
+        await pilot.press("c")
+        await wait_for(pilot, lambda: app.gates["steady"].finished, "steady to stop")
+        row = app.gates["steady"].row
+        assert row["verdict"] == FAIL and "cancel" in row["reason"]
+        assert app.gates["eval_longest"].status == WAITING  # the queue was dropped too
+        saved = tomllib.loads(Path(app.record_path).read_text())
+        assert saved["phases"][-1]["step"] == "steady" and saved["phases"][-1]["verdict"] == FAIL
+        # Same runner: a long steady again, then quit while it runs.
+        assert app.source.runner_pid == pid
+        for _ in range(list(app.gates).index("steady")):
+            await pilot.press("down")
+        assert app.selected_gate.key == "steady"
+        await pilot.press("v")
+        await wait_for(pilot, lambda: isinstance(app.screen, VariantForm), "the variant form")
+        await pilot.press("enter")
+        await wait_for(
+            pilot, lambda: app.gates.get("steady@v1") and app.gates["steady@v1"].done > 0, "steady@v1 to run"
+        )
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the quit question")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not app.is_running, "the app to exit")
+    assert gone(pid)
+    saved = tomllib.loads(Path(app.record_path).read_text())
+    assert saved["phases"][-1]["step"] == "steady@v1" and "cancel" in saved["phases"][-1]["reason"]
