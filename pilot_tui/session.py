@@ -33,6 +33,7 @@ from .events import (
     Shutdown,
     decode,
 )
+from .hashing import sha256_file
 from .record import LIST_SECTIONS, Record, new_record_id
 from .spec import LoadedSpec, load_spec
 from .steps import Step, campaign_steps
@@ -109,10 +110,6 @@ class Session:
 
     def _spawn(self) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        # OpenMP's default spin-wait makes torch's CPU threads burn the cores the dashboard needs
-        # (and collapse under any other load); passive waiting costs little. The user's own
-        # setting wins.
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "pilot_tui.runner.main"],
             stdin=subprocess.PIPE,
@@ -184,6 +181,13 @@ class Session:
                 accounting=msg.dataset.pop("accounting"),
                 dataset=msg.dataset,
             )
+            if self.spec.task.file:
+                # The user's task code is part of what ran: keep its provenance beside the spec's.
+                task_file = self.loaded.resolve(self.spec.task.file)
+                self.record.data["campaign"]["task_file"] = {
+                    "path": str(task_file),
+                    "sha256": sha256_file(task_file),
+                }
             self.record.save()
         return msg
 

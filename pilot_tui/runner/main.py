@@ -84,6 +84,20 @@ def _counters(channel: Channel, ctx_holder: dict, stop: threading.Event) -> None
         channel.emit(Counters(time=time.time(), device=str(ctx.device), values=values))
 
 
+def leave_a_core_for_the_view() -> int:
+    """Use every core but one for torch's CPU threads, unless the user chose (OMP_NUM_THREADS).
+
+    torch's OpenMP threads spin while they wait: with one per core they starve the dashboard
+    (key latency) and collapse under any other load. Measured on the 2-core demo: 1 thread runs
+    a step as fast as 2 spinning ones (17.4 vs 16.5 ms) and 2.3× faster than 2 passive ones.
+    """
+    import torch
+
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) - 1)))
+    return torch.get_num_threads()
+
+
 def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
     """Load spec and task; report BadInput for anything the user must fix."""
     from ..spec import SpecError, load_spec
@@ -121,6 +135,7 @@ def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
         "max_length": ctx.max_length,
     }
     _warm_lazy_imports()
+    leave_a_core_for_the_view()
     env = describe(device)
     channel.emit(RunnerReady(pid=os.getpid(), environment=env, dataset=dataset | {"accounting": accounting}))
     return ctx

@@ -164,9 +164,13 @@ def train_update(
     state.scaler.unscale_(state.optimizer)
     params = [p for p in state.model.parameters() if p.grad is not None]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    # fp16: a step skipped for inf/NaN gradients lowers the scale and must not advance the
+    # schedule. Reading the scale syncs the device, so only the fp16 path pays for it.
+    scale_before = state.scaler.get_scale() if state.scaler.is_enabled() else None
     state.scaler.step(state.optimizer)
     state.scaler.update()
-    state.scheduler.step()
+    if scale_before is None or state.scaler.get_scale() >= scale_before:
+        state.scheduler.step()
     state.step += 1
     tokens = sum(
         int(b["attention_mask"].sum()) if "attention_mask" in b else len(b["labels"]) for b in batches
