@@ -111,6 +111,14 @@ def gpu_demo(folder: Path) -> None:
             "peak_reserved_mb" in v and "activation_peak_mb" in v,
             f"[[variants]] {vid} has CUDA peaks and breakdown",
         )
+    steady = next((r for r in data.get("phases", []) if r["step"] == "steady"), {}).get("details", {})
+    p50, mean = steady.get("step_time_p50_s", 0.0), steady.get("step_time_s", 0.0)
+    # Per-update times come from CUDA events: the median update is near the mean (host clocks
+    # without a sync would time only the queueing, far below the mean).
+    check(
+        mean > 0 and 0.5 * mean <= p50 <= 2 * mean,
+        f"steady p50 {p50:.5f} s is within 2x of the mean step time {mean:.5f} s",
+    )
     resume = next((r for r in data.get("phases", []) if r["name"] == "resume"), {})
     check(
         resume.get("verdict") == "pass",
@@ -159,6 +167,11 @@ def gpu_oom(folder: Path) -> None:
     )
     after = [rows.get(k, {}).get("verdict") for k in ("first_step@mb8", "steady@mb8", "eval_longest@mb8")]
     check(after == ["pass", "pass", "pass"], f"the next variant runs and passes after the OOM: {after}")
+    counts = [rows.get(k, {}).get("memory", {}).get("num_ooms") for k in ("first_step@huge", "steady@mb8")]
+    check(
+        (counts[0] or 0) >= 1 and counts[1] == 0,
+        f"num_ooms is counted per phase (the OOM row, then the next variant's steady): {counts}",
+    )
     fit = data.get("fit", {})
     statuses = [p.get("status") for p in fit.get("points", [])]
     check(

@@ -26,12 +26,17 @@ def targets(task: Task, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tenso
     return logits, labels
 
 
-def supervised_count(task: Task, batch: Batch) -> int:
-    """Targets that count in the loss; the update divides by their sum over all microbatches (R9)."""
+def supervised_targets(task: Task, batch: Batch) -> torch.Tensor:
+    """The supervised-target count as a tensor on the batch's device (reading it syncs)."""
     labels = batch["labels"]
     if task.kind == CAUSAL_LM:
         labels = labels[:, 1:]
-    return int((labels != task.ignore_index).sum())
+    return (labels != task.ignore_index).sum()
+
+
+def supervised_count(task: Task, batch: Batch) -> int:
+    """Targets that count in the loss; the update divides by their sum over all microbatches (R9)."""
+    return int(supervised_targets(task, batch))
 
 
 def loss_sum(task: Task, logits: torch.Tensor, batch: Batch) -> torch.Tensor:

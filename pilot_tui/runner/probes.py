@@ -7,13 +7,17 @@ counters and are never added. Peaks are reset at the start of every phase.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psutil
 import torch
 
+from .nvml_view import NvmlView
+
 MIB = 1024 * 1024
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
+_COUNTS = ("num_alloc_retries", "num_ooms")
 
 
 def _vm_hwm_bytes() -> int | None:
@@ -49,6 +53,8 @@ class MemoryProbe:
         self.process = psutil.Process()
         self._baseline: dict[str, float] = {}
         self._peak_reset = False
+        # Lifetime allocator counts at the start: reset_peak_memory_stats leaves them alone.
+        self._counts: dict[str, int] = {}
 
     def start(self) -> None:
         synchronize(self.device)
@@ -57,12 +63,20 @@ class MemoryProbe:
                 "baseline_allocated_mb": torch.cuda.memory_allocated(self.device) / MIB,
                 "baseline_reserved_mb": torch.cuda.memory_reserved(self.device) / MIB,
             }
-            torch.cuda.reset_peak_memory_stats(self.device)
+            stats = torch.cuda.memory_stats(self.device)
+            self._counts = {k: int(stats.get(k, 0)) for k in _COUNTS}
+            for index in range(torch.cuda.device_count()):
+                # Every device's peak is reset at the same boundary (R6: same limits for all GPUs).
+                torch.cuda.synchronize(index)
+                torch.cuda.reset_peak_memory_stats(index)
         else:
             self._peak_reset = _reset_peak_rss()
             self._baseline = {"baseline_rss_mb": self.process.memory_info().rss / MIB}
 
-    def stop(self) -> dict[str, float]:
+    def stop(self) -> dict[str, Any]:
+        if self.device.type == "cuda":
+            for index in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(index)
         synchronize(self.device)
         out = dict(self._baseline)
         if self.device.type == "cuda":
@@ -72,20 +86,48 @@ class MemoryProbe:
                 "reserved_mb": torch.cuda.memory_reserved(self.device) / MIB,
                 "peak_allocated_mb": torch.cuda.max_memory_allocated(self.device) / MIB,
                 "peak_reserved_mb": torch.cuda.max_memory_reserved(self.device) / MIB,
-                "num_alloc_retries": float(stats.get("num_alloc_retries", 0)),
-                "num_ooms": float(stats.get("num_ooms", 0)),
             }
+            # Counted during this phase: an earlier phase's out-of-memory is not this phase's.
+            out |= {k: float(int(stats.get(k, 0)) - self._counts.get(k, 0)) for k in _COUNTS}
+            # NVML beside the allocator: it also sees the CUDA context and other processes (R6).
+            out |= _nvml().memory(self.device.index or 0)
         else:
             rss = self.process.memory_info().rss / MIB
             hwm = _vm_hwm_bytes()
             out["rss_mb"] = rss
             # Without a resettable high-water mark the lifetime peak would mislead: say so.
             out["peak_rss_mb"] = hwm / MIB if (hwm is not None and self._peak_reset) else rss
-        return {k: round(v, 3) for k, v in out.items()}
+        rounded = {k: round(v, 3) for k, v in out.items()}
+        if self.device.type == "cuda" and torch.cuda.device_count() > 1:
+            # Every GPU with the same measurement limits (R6), not only the runner's own.
+            rounded["gpus"] = [_device_counters(i) for i in range(torch.cuda.device_count())]
+        return rounded
 
     def peak_mb(self, counters: dict[str, float]) -> float:
         """The figure a memory ceiling is compared with: peak reserved on CUDA, peak RSS on CPU."""
         return counters.get("peak_reserved_mb", counters.get("peak_rss_mb", 0.0))
+
+
+_NVML: NvmlView | None = None
+
+
+def _nvml() -> NvmlView:
+    global _NVML
+    if _NVML is None:
+        _NVML = NvmlView()
+    return _NVML
+
+
+def _device_counters(index: int) -> dict[str, float]:
+    """Current and peak allocator counters of one device, with NVML's view of it."""
+    out = {
+        "index": float(index),
+        "allocated_mb": torch.cuda.memory_allocated(index) / MIB,
+        "reserved_mb": torch.cuda.memory_reserved(index) / MIB,
+        "peak_allocated_mb": torch.cuda.max_memory_allocated(index) / MIB,
+        "peak_reserved_mb": torch.cuda.max_memory_reserved(index) / MIB,
+    } | _nvml().memory(index)
+    return {k: round(v, 3) for k, v in out.items()}
 
 
 def live_counters(device: torch.device) -> dict[str, float]:

@@ -147,8 +147,13 @@ def train_update(
     """
     cfg = state.config
     micro = micro if micro is not None else state.sampler.next_update()
-    batches = [collate(task, [task.examples[i] for i in idx], cfg.max_length, device) for idx in micro]
-    total = sum(objective.supervised_count(task, b) for b in batches)
+    host = [task.collate([task.examples[i] for i in idx], cfg.max_length) for idx in micro]
+    # Counted on the host batches, before the copy: counting device tensors would sync the device
+    # twice per microbatch, every update.
+    total = sum(objective.supervised_count(task, b) for b in host)
+    tokens = sum(int(b["attention_mask"].sum()) if "attention_mask" in b else len(b["labels"]) for b in host)
+    batches = [to_device(b, device) for b in host]
+    del host
     denom = max(total, 1)  # an update with no supervised target contributes no gradient
     state.model.train()
     state.optimizer.zero_grad(set_to_none=True)
@@ -172,9 +177,6 @@ def train_update(
     if scale_before is None or state.scaler.get_scale() >= scale_before:
         state.scheduler.step()
     state.step += 1
-    tokens = sum(
-        int(b["attention_mask"].sum()) if "attention_mask" in b else len(b["labels"]) for b in batches
-    )
     return UpdateStats(
         loss=loss_total / denom,
         grad_norm=grad_norm.detach(),

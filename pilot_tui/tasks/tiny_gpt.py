@@ -50,6 +50,12 @@ class TinyGPT(nn.Module):
         self.activation_checkpointing = False
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if input_ids.shape[1] > self.pos.num_embeddings:
+            # Checked on the host: on CUDA an out-of-range embedding index is a device-side assert
+            # that poisons the process's CUDA context, so every later phase would fail too.
+            raise ValueError(
+                f"sequence length {input_ids.shape[1]} is over the model's {self.pos.num_embeddings} positions"
+            )
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.tok(input_ids) + self.pos(positions)
         for block in self.blocks:

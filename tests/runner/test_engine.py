@@ -117,6 +117,26 @@ def test_six_engine_rows_with_params_memory_duration_verdict(engine):
     assert data["environment"]["device"] == "cpu"
 
 
+def test_steady_figures_describe_the_timed_updates_only(engine):
+    """Throughput and step time come from the same timed loop; the first update is not in it."""
+    session, events = engine
+    first, steady = finished_row(events["first_step"]), finished_row(events["steady"])
+    d = steady["details"]
+    n = d["updates"]
+    assert n == session.spec.phases.steady_updates and len(d["losses"]) == n
+    # first_step ran, so no untimed update was added and every loss is a timed update's.
+    assert d["notes"] == []
+    assert d["loss_first"] == d["losses"][0] and d["loss_last"] == d["losses"][-1]
+    # examples/s × s/update = examples per update: both figures divide the same measured total.
+    per_update = steady["params"]["effective_batch"]
+    assert d["examples_per_s"] * d["step_time_s"] == pytest.approx(per_update, rel=1e-9)
+    assert d["step_time_p50_s"] <= d["step_time_p90_s"]
+    # The per-update times sit inside the phase: their median cannot exceed the mean of the loop
+    # by more than the whole loop, and the loop cannot be longer than the phase that ran it.
+    assert 0 < d["step_time_p50_s"] <= n * d["step_time_s"] <= steady["duration_s"]
+    assert first["details"]["loss"] != d["loss_first"]  # the first update was not timed again
+
+
 def test_artifacts_hashes_match_their_files(engine):
     session, _ = engine
     artifacts = read_record(session)["artifacts"]
@@ -129,6 +149,19 @@ def test_artifacts_hashes_match_their_files(engine):
         assert a["sha256"] == hashlib.sha256(blob).hexdigest()
     export = next(a for a in artifacts if a["kind"] == "inference_weights")
     assert export["path"].endswith(".safetensors") and export["phase"] == "export"
+
+
+def test_a_rerun_save_never_overwrites_a_recorded_artifact(engine):
+    session, _ = engine
+    before = read_record(session)["artifacts"]
+    row = finished_row(list(session.run_step("save")))
+    assert row["verdict"] == "pass", row["reason"]
+    artifacts = read_record(session)["artifacts"]
+    assert len(artifacts) == len(before) + 1
+    paths = [a["path"] for a in artifacts]
+    assert len(set(paths)) == len(paths), paths  # same step, new file name
+    for a in artifacts:  # every entry still describes the bytes on disk
+        assert hashlib.sha256(Path(a["path"]).read_bytes()).hexdigest() == a["sha256"], a["path"]
 
 
 def test_killed_runner_fails_the_row_and_the_next_step_runs_in_a_new_runner(engine):

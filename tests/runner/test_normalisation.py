@@ -76,6 +76,11 @@ def test_accumulated_update_equals_one_big_microbatch(task) -> None:
     stats_small = train_update(small, task, CPU, 0.0, [chosen[i : i + 2] for i in range(0, 16, 2)])
     stats_big = train_update(big, task, CPU, 0.0, [chosen])
     assert stats_small.supervised == stats_big.supervised
+    # The counts are taken from the host batches: they must be the batches' own counts.
+    one = [task.collate([task.examples[i]], 28) for i in chosen]
+    assert stats_big.supervised == sum(objective.supervised_count(task, b) for b in one)
+    assert stats_small.tokens == stats_big.tokens == sum(int(b["attention_mask"].sum()) for b in one)
+    assert stats_small.examples == stats_big.examples == 16
     assert torch.allclose(stats_small.loss, stats_big.loss, rtol=1e-5, atol=1e-6)
     g_small, g_big = _grads(small), _grads(big)
     assert g_small.keys() == g_big.keys() and g_small
@@ -133,3 +138,14 @@ def test_fp16_state_gets_an_enabled_scaler_and_fp32_does_not(task) -> None:
     a, b = _state(task, 2, 2), _state(task, 4, 1)
     assert all(torch.equal(x, y) for x, y in zip(a.model.parameters(), b.model.parameters(), strict=True))
     assert replace(a.config, microbatch=4, accumulation=1, variant=b.config.variant) == b.config
+
+
+def test_tiny_gpt_refuses_a_sequence_longer_than_its_positions() -> None:
+    """A host-side error, the same on every device (on CUDA an embedding index past the table
+    would be a device-side assert that breaks every later phase of the runner)."""
+    from pilot_tui.tasks.tiny_gpt import TinyGPT
+
+    model = TinyGPT(16, d_model=8, n_layers=1, n_heads=2, max_positions=6)
+    assert model(torch.zeros((1, 6), dtype=torch.long)).shape == (1, 6, 16)
+    with pytest.raises(ValueError, match="sequence length 7 is over the model's 6 positions"):
+        model(torch.zeros((1, 7), dtype=torch.long))

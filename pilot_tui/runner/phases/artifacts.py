@@ -10,6 +10,7 @@ from ..checkpoint import export_weights, load_training_state, load_weights, save
 from ..context import RunContext
 from ..control import replay_controls
 from .base import Outcome, PhaseFailure, PhaseRun, phase
+from .resume import _unused
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
 
@@ -22,7 +23,8 @@ def _record_artifact(ctx: RunContext, entry: dict) -> None:
 def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
-    path = ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt"
+    # A rerun at the same step gets a new name: an earlier artifact entry keeps its file (R14).
+    path = _unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt")
     save_training_state(state, path)
     entry = artifact_entry(path, "training_checkpoint", phase="save", variant=variant, step=state.step)
     _record_artifact(ctx, entry)
@@ -48,7 +50,7 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
 def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
-    path = ctx.work_dir / f"model-{variant}-step{state.step}.safetensors"
+    path = _unused(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors")
     tensors = export_weights(state.model, path)
     entry = artifact_entry(
         path, "inference_weights", phase="export", variant=variant, step=state.step, format="safetensors"

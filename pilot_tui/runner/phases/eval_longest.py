@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 from ..context import RunContext
+from ..probes import synchronize
 from ..training import collate, evaluate
 from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
 
@@ -36,14 +39,20 @@ def eval_longest(ctx: RunContext, run: PhaseRun) -> Outcome:
     batch = collate(ctx.task, [ctx.task.examples[i] for i in chosen], cfg.max_length, ctx.device)
     shape = list(next(iter(batch.values())).shape)
     run.current_input = {"microbatch": len(chosen), "max_length": cfg.max_length, "shape": shape}
+    # The forward alone, synchronised: what one evaluation batch costs in a long run (the plan's
+    # eval reserve), without the one-off scan of the validation lengths above.
+    synchronize(ctx.device)
+    t0 = time.perf_counter()
     loss, count = evaluate(state, ctx.task, batch)
     value = float(loss)
+    forward_s = time.perf_counter() - t0
     details = {
         "examples": [str(ctx.task.examples[i].get("id", i)) for i in chosen],
         "raw_lengths": [lengths[j] for j in longest],
         "input_shape": shape,
         "supervised_targets": count,
         "loss": value,
+        "forward_s": round(forward_s, 6),
         "validation_size": len(val),
     }
     if not finite(value):

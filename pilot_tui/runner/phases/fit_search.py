@@ -147,7 +147,7 @@ def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
         points,
         declared_microbatch=control.microbatch,
         declared_max_length=control.max_length,
-        effective_batch=control.microbatch * control.accumulation,
+        effective_batch=control.effective_batch,  # replicas included, as accumulation_for expects
         replicas=control.replicas,
         ceiling_mb=max(train_ceiling, eval_ceiling),
         counter="peak_reserved_mb" if ctx.device.type == "cuda" else "peak_rss_mb",

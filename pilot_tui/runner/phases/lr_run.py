@@ -140,14 +140,15 @@ def validate(ctx: RunContext, state: TrainState, batches: list[Batch]) -> float:
     """Mean loss per supervised target over the whole validation set (one sync, at the end)."""
     state.model.eval()
     total = torch.zeros((), device=ctx.device)
-    count = 0
+    # Counted on the device too: an int() per batch would sync the device once per batch.
+    count = torch.zeros((), dtype=torch.long, device=ctx.device)
     for batch in batches:
         with autocast(ctx.device, state.config.precision):
             logits = objective.forward(ctx.task, state.model, batch)
             total += objective.loss_sum(ctx.task, logits, batch).float()
-        count += objective.supervised_count(ctx.task, batch)
+        count += objective.supervised_targets(ctx.task, batch)
     state.model.train()
-    return float(total) / max(count, 1)
+    return float(total.double() / count.clamp(min=1))
 
 
 def weights_sha256(model: torch.nn.Module) -> str:

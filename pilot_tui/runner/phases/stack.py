@@ -168,12 +168,10 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
     device = ctx.device
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     used = campaign_precisions(ctx)
-    precisions = [check_precision(device, p) | {"used_by": who} for p, who in used.items()]
-    bf16 = (
-        next((p["ok"] for p in precisions if p["precision"] == "bf16"), None)
-        if "bf16" in used
-        else check_precision(device, "bf16")["ok"]
-    )
+    # Every precision is tried, used or not: a variant made later (the TUI's `v`) can then be
+    # kept by the plan without another stack run. Only the used ones decide the verdict.
+    precisions = [check_precision(device, p) | {"used_by": used.get(p, [])} for p in _DTYPES]
+    bf16 = next(p["ok"] for p in precisions if p["precision"] == "bf16")
     extensions = [check_extension(name) for name in ctx.spec.task.requires]
     attention = check_attention(device, ctx.spec.batch.precision)
     nccl = check_nccl()
@@ -195,7 +193,7 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
         if not ext["ok"]:
             failures.append(f"extension {ext['name']} does not import ({ext['error']})")
     for p in precisions:
-        if p["ok"]:
+        if p["ok"] or not p["used_by"]:
             continue
         what = f"{p['precision']} is not supported here ({p['error']})"
         if "control" in p["used_by"]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from ..context import RunContext
 from ..probes import synchronize
 from ..training import TrainState, UpdateStats, train_update
@@ -87,13 +89,23 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         notes.append("ran one untimed first update before timing (first_step had not run)")
     n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
     losses, examples, tokens, times = [], 0, 0, []
+    # CUDA runs asynchronously: a host clock around one update times its launch, not its kernels.
+    # Events on the stream time each update on the device without a sync per step.
+    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+    cuda = ctx.device.type == "cuda"
     synchronize(ctx.device)
     t0 = time.perf_counter()
     for i in range(n):
         ctx.check_cancel()
+        if cuda:
+            events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+            events[-1][0].record()
         t = time.perf_counter()
         stats = _update(ctx, run, state)
-        times.append(time.perf_counter() - t)
+        if cuda:
+            events[-1][1].record()
+        else:
+            times.append(time.perf_counter() - t)
         losses.append(stats.loss)
         examples += stats.examples
         tokens += stats.tokens
@@ -102,7 +114,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
             ctx.progress(run.step.key, i + 1, n, float(stats.loss))
     synchronize(ctx.device)
     total = time.perf_counter() - t0
-    values = [float(x) for x in losses]
+    if cuda:
+        times = [start.elapsed_time(end) / 1000 for start, end in events]  # ms -> s
+    values = torch.stack(losses).tolist()  # one copy to the host, not one per update
     times.sort()
     details = {
         "updates": n,
