@@ -246,6 +246,10 @@ def compare(
         "lrs": rows,
     }
     board |= _decide(ranked, finals, control)
+    # "Beats every other LR" must not hide a declared LR that has no measured run yet.
+    unmeasured = [lr for lr in all_lrs if not finals[lr] and lr not in diverged]
+    if unmeasured and ranked:
+        board["decision"] += f" (not measured yet: {', '.join(f'lr {lr:g}' for lr in unmeasured)})"
     return board
 
 

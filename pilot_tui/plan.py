@@ -99,9 +99,12 @@ def _precision_ok(stack_details: Mapping[str, Any], precision: str) -> tuple[boo
     for item in stack_details.get("precisions") or []:
         if item.get("precision") == precision:
             return bool(item.get("ok")), str(item.get("error", ""))
-    if precision == "bf16" and "bf16" in stack_details and not stack_details["bf16"]:
-        return False, "bf16 is not supported on this device"
-    return True, ""
+    if precision == "bf16" and "bf16" in stack_details:
+        return (True, "") if stack_details["bf16"] else (False, "bf16 is not supported on this device")
+    if precision == "fp32" or not stack_details.get("precisions"):
+        return True, ""
+    # e.g. a variant made in the TUI after the stack phase ran: nothing is kept unchecked (R18).
+    return False, "the stack phase did not check it"
 
 
 def assess(
@@ -162,12 +165,20 @@ def assess(
 
 
 def largest_passed(rows: Mapping[str, Mapping[str, Any]], fit: Mapping[str, Any]) -> dict[str, Any]:
-    """The largest microbatch and max length seen passing, from rows and from the `[fit]` search."""
+    """The largest microbatch and max length seen passing, from rows and from the `[fit]` search.
+
+    A configuration counts only when every one of its memory gates ran and passed: a first step
+    that passed before its eval on the longest sequences ran out of memory did not pass.
+    """
     mbs, lengths = [], []
-    for row in rows.values():
-        # Only the memory gates: other phases (overfit, fit_search, lr_run) carry their own sizes.
-        if row.get("verdict") in OK_VERDICTS and row.get("name") in CONTROL_GATES:
-            params = row.get("params") or {}
+    # Only the memory gates: other phases (overfit, fit_search, lr_run) carry their own sizes.
+    configs = {str(r.get("variant", "control")) for r in rows.values() if r.get("name") in CONTROL_GATES}
+    for config in configs:
+        gates = [rows.get(_key(p, config)) for p in (CONTROL_GATES if config == "control" else VARIANT_GATES)]
+        if any(row is None or row.get("verdict") not in OK_VERDICTS for row in gates):
+            continue
+        for row in gates:
+            params = (row or {}).get("params") or {}
             if "microbatch" in params:
                 mbs.append(int(_num(params["microbatch"])))
             if "max_length" in params:
@@ -211,6 +222,9 @@ def choice_sheet(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> d
             f"{why}; stack {stack[0]}, every memory gate passed, needs "
             f"{kept['memory_per_gpu_mb']:.0f} MiB per GPU ({basis}, +{plan.headroom:.0%} headroom)"
         )
+        if kept.get("changes_question"):
+            # R12: kept because it came first in priority, but it is not the control's experiment.
+            kept_reason += f"; it changes the question: {kept.get('question_note', '')}"
         if skipped:
             kept_reason += "; before it: " + "; ".join(skipped)
     else:
@@ -230,7 +244,9 @@ def choice_sheet(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> d
         "microbatch": shown["microbatch"] or spec.batch.microbatch,
         "accumulation": shown["accumulation"] or spec.batch.accumulation,
         "replicas": shown["replicas"],
-        "effective_batch": shown["effective_batch"],
+        # Unmeasured (control not kept, no rows): the declared product, like the batch figures above.
+        "effective_batch": shown["effective_batch"]
+        or spec.batch.microbatch * spec.batch.accumulation * spec.batch.replicas,
         "max_length": shown["max_length"],
         "distribution": plan.distribution,
         "gpus": plan.gpus,
@@ -309,8 +325,9 @@ def estimate(
 
     train = load + first update + (updates − 1) × steady mean step time: the first update (it
     allocates optimizer state) and the load are measured apart, the steady mean covers the rest.
-    eval = evaluations × ⌈validation size / eval batch⌉ × eval_longest duration: timed on the
-    *longest* sequences, so it is an upper bound per batch.
+    eval = evaluations × ⌈validation size / eval batch⌉ × eval_longest's synchronised forward
+    (`details.forward_s`, else the phase duration): timed on the *longest* sequences, so it is an
+    upper bound per batch.
     """
     config = str(entry["id"])
     plan = spec.plan
@@ -330,6 +347,12 @@ def estimate(
     updates, epochs, basis = full_run_updates(spec, data, eff, mb, accum, replicas)
     if updates < 1:
         return out | {"problem": f"the dataset makes no complete update of {eff} examples"}
+    if not math.isfinite(epochs):
+        # drop_last with fewer training examples than one update: the declared updates cannot be served.
+        return out | {
+            "problem": f"the pilot's training split makes no complete update of {eff} examples "
+            "(batch.drop_last): set plan.dataset_size"
+        }
     load_s = _num((rows.get("load") or {}).get("duration_s"))
     first_s = _num((rows.get(_key("first_step", config)) or {}).get("duration_s"), step_s)
     train_s = load_s + first_s + (updates - 1) * step_s
@@ -357,7 +380,10 @@ def estimate(
             val_size = int(_num(splits.get("validation")))
         evaluations = plan.evaluations or max(1, math.ceil(epochs))
         eval_batches = math.ceil(val_size / max(ev_batch, 1))
-        eval_s = evaluations * eval_batches * _num(ev.get("duration_s"))
+        # The synchronised forward of the longest batch when recorded; the whole phase (which
+        # also scans the validation lengths) in records made before it was.
+        per_batch = _num((ev.get("details") or {}).get("forward_s"), _num(ev.get("duration_s")))
+        eval_s = evaluations * eval_batches * per_batch
     else:
         notes.append(f"{_key('eval_longest', config)} not measured: no evaluation reserve")
     save, export = rows.get("save"), rows.get("export")
@@ -593,7 +619,7 @@ def print_plan(record_path: str | Path, out: TextIO | None = None) -> int:
     out = out or sys.stdout  # looked up at call time, so a redirected stdout is honoured
     try:
         plan = compute_plan(record.data)
-    except (SpecError, KeyError, TypeError, ValueError) as exc:
+    except (SpecError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
         raise RecordError(f"{record.path}: cannot plan from this record: {exc}") from None
     campaign = record.data.get("campaign") or {}
     print(f"pilot-tui plan · campaign {campaign.get('name', '?')} · record {record.path}", file=out)

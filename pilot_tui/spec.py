@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import math
 import re
 import tomllib
 import types
@@ -306,6 +307,9 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    # TOML spells inf and nan; no key of a campaign means anything by them (0 is "no ceiling").
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise _KeyError(key, f"expected a finite number, got {value}")
     # bool is an int subclass in Python; TOML keeps them apart, so do we.
     if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
         raise _KeyError(key, f"expected {_type_name(tp)}, got {_describe(value)}")
@@ -367,6 +371,7 @@ def _check(spec: CampaignSpec) -> None:
     need(bool(t.builtin) != bool(t.file), "task", "set exactly one of task.builtin or task.file")
     need(t.group_kind in GROUP_KINDS, "task.group_kind", f"must be one of {', '.join(GROUP_KINDS)}")
     need(len(set(t.class_names)) == len(t.class_names), "task.class_names", "a name is used twice")
+    need(all(r.strip() for r in t.requires), "task.requires", "a module name is empty")
     need(b.microbatch >= 1, "batch.microbatch", f"must be ≥ 1, got {b.microbatch}")
     need(b.accumulation >= 1, "batch.accumulation", f"must be ≥ 1, got {b.accumulation}")
     need(b.replicas >= 1, "batch.replicas", f"must be ≥ 1, got {b.replicas}")
@@ -397,6 +402,10 @@ def _check(spec: CampaignSpec) -> None:
     need(o.grad_clip >= 0, "optim.grad_clip", "must be ≥ 0 (0 = no clipping)")
     need(spec.phases.steady_updates >= 1, "phases.steady_updates", "must be ≥ 1")
     need(spec.phases.eval_microbatch >= 0, "phases.eval_microbatch", "must be ≥ 0")
+    from .steps import PHASE_NAMES  # steps imports this module: resolved at call time
+
+    for name in spec.phases.skip:
+        need(name in PHASE_NAMES, "phases.skip", f"unknown phase {name!r} (phases: {', '.join(PHASE_NAMES)})")
     for name, lim in spec.limits.items():
         need(lim.memory_mb >= 0, f"limits.{name}.memory_mb", "must be ≥ 0")
         need(lim.time_s >= 0, f"limits.{name}.time_s", "must be ≥ 0")
@@ -406,6 +415,11 @@ def _check(spec: CampaignSpec) -> None:
     need(ov.max_steps >= 1, "overfit.max_steps", "must be ≥ 1")
     need(0 < ov.recover <= 1, "overfit.recover", "must be in (0, 1]")
     need(ov.lr > 0, "overfit.lr", "must be > 0")
+    need(
+        ov.loss_below > 0,
+        "overfit.loss_below",
+        f"must be > 0 (a loss never goes below 0), got {ov.loss_below}",
+    )
     ids = [v.id for v in spec.variants]
     for i, v in enumerate(spec.variants):
         key = f"variants[{i}]"
@@ -416,8 +430,16 @@ def _check(spec: CampaignSpec) -> None:
         need(v.accumulation >= 0, f"{key}.accumulation", "must be ≥ 1 (or left out)")
         need(v.max_length >= 0, f"{key}.max_length", "must be ≥ 1 (or left out)")
         need(v.precision in ("", *PRECISIONS), f"{key}.precision", f"must be one of {', '.join(PRECISIONS)}")
-        changes = (v.microbatch, v.accumulation, v.max_length, v.precision, v.activation_checkpointing)
-        need(changes != (0, 0, 0, "", None), key, f"variant {v.id!r} changes nothing from the control")
+        # A field set to the control's own value changes nothing either (a duplicate measurement).
+        changes = [
+            v.microbatch and v.microbatch != b.microbatch,
+            v.accumulation and v.accumulation != b.accumulation,
+            v.max_length and v.max_length != b.max_length,
+            v.precision and v.precision != b.precision,
+            v.activation_checkpointing is not None
+            and v.activation_checkpointing != b.activation_checkpointing,
+        ]
+        need(any(changes), key, f"variant {v.id!r} changes nothing from the control")
     if spec.fit_search is not None:
         fs = spec.fit_search
         need(len(fs.microbatches) >= 1, "fit_search.microbatches", "declare at least one microbatch")
@@ -442,6 +464,14 @@ def _check(spec: CampaignSpec) -> None:
         need(len(set(lr.variants)) == len(lr.variants), "lr_board.variants", "an LR is listed twice")
         need(len(lr.seeds) >= 1, "lr_board.seeds", "declare at least one seed")
         need(len(set(lr.seeds)) == len(lr.seeds), "lr_board.seeds", "a seed is listed twice")
+        from .steps import lr_run_name
+
+        names = [lr_run_name(x, 0) for x in (lr.control, *lr.variants)]
+        need(
+            len(set(names)) == len(names),
+            "lr_board.variants",
+            "two LRs give the same run name (they differ beyond 6 significant digits)",
+        )
         need(lr.updates >= 1, "lr_board.updates", "must be ≥ 1")
         need(lr.validate_every >= 1, "lr_board.validate_every", "must be ≥ 1")
         need(lr.stop.explosion_factor > 1, "lr_board.stop.explosion_factor", "must be > 1")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 SPLITS = ("train", "validation", "test")
@@ -11,6 +11,16 @@ SPLITS = ("train", "validation", "test")
 
 def _order_key(seed: int, group: str) -> str:
     return hashlib.sha256(f"{seed}:{group}".encode()).hexdigest()
+
+
+def _period_key(values: Mapping[str, Any]) -> Callable[[str], Any]:
+    """Periods sort as numbers when they all are (month 2 before month 10), else as text (ISO
+    dates sort as text): the same reading as the `time_order` check in leakage.py."""
+    try:
+        numbers = {g: float(v) for g, v in values.items()}
+    except (TypeError, ValueError):
+        return str
+    return numbers.__getitem__
 
 
 def group_split(
@@ -29,7 +39,10 @@ def group_split(
     groups: dict[str, list[int]] = {}
     for i, ex in enumerate(examples):
         groups.setdefault(str(ex[group_key]), []).append(i)
-    names = sorted(groups) if by_time else sorted(groups, key=lambda g: _order_key(seed, g))
+    if by_time:
+        names = sorted(groups, key=_period_key({g: examples[ix[0]][group_key] for g, ix in groups.items()}))
+    else:
+        names = sorted(groups, key=lambda g: _order_key(seed, g))
     total = len(examples)
     out: dict[str, list[int]] = {s: [] for s in SPLITS}
     order = [s for s in SPLITS if ratios.get(s, 0.0) > 0]

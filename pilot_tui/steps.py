@@ -20,6 +20,8 @@ ENGINE_PHASES = ("load", "first_step", "steady", "eval_longest", "save", "export
 VARIANT_PHASES = ("first_step", "steady", "eval_longest")
 # Resume in a new process, then the final reload of the exported artifact (R15, R16).
 CLOSING_PHASES = ("resume", "final")
+# Every phase a campaign can name (in `phases.skip`), in campaign order.
+PHASE_NAMES = (*STACK_PHASES, *DATA_PHASES, *ENGINE_PHASES, "fit_search", "lr_run", *CLOSING_PHASES)
 
 
 @dataclass(frozen=True)

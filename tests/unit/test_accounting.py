@@ -72,3 +72,34 @@ def test_epoch_accounting_invariants(mb, acc, rep, n, epochs, drop):
         assert a.examples_seen == a.updates * a.effective_batch
     else:
         assert a.examples_seen == n * epochs
+
+
+@given(
+    mb=st.integers(1, 16),
+    acc=st.integers(1, 8),
+    n=st.integers(1, 2_000),
+    updates=st.integers(1, 500),
+    drop=st.booleans(),
+)
+def test_update_accounting_invariants(mb, acc, n, updates, drop):
+    a = account(
+        microbatch=mb,
+        accumulation=acc,
+        replicas=1,
+        dataset_size=n,
+        hold="updates",
+        updates=updates,
+        drop_last=drop,
+    )
+    assert a.updates == updates
+    eff = mb * acc
+    if drop:
+        assert a.examples_seen == updates * eff  # every update a full effective batch
+    elif n < eff:
+        assert a.examples_seen == updates * n  # one partial batch per epoch: the whole split
+    else:
+        # Kept incomplete batches: never more than full batches, never less than one example per update.
+        assert updates <= a.examples_seen <= updates * eff
+        per_epoch = -(-n // eff)
+        if updates % per_epoch == 0:
+            assert a.examples_seen == updates // per_epoch * n

@@ -176,3 +176,13 @@ def test_board_is_pure():
     code = "import sys, pilot_tui.board; print('torch' in sys.modules, 'textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_winner_named_before_every_declared_lr_ran_says_which_are_missing():
+    runs = [run(CONTROL, s, v) for s, v in enumerate([1.00, 1.05])]
+    runs += [run(HIGH, s, v) for s, v in enumerate([0.50, 0.52])]
+    b = compare(runs, CONTROL, [CONTROL, LOW, HIGH])
+    assert b["winner"] == HIGH
+    assert b["decision"].endswith(f"(not measured yet: lr {LOW:g})")
+    runs += [run(LOW, s, v) for s, v in enumerate([1.50, 1.55])]
+    assert "not measured yet" not in compare(runs, CONTROL, [CONTROL, LOW, HIGH])["decision"]

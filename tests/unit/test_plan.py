@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import tomli_w
 from conftest import deep_merge, demo_raw
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pilot_tui.plan import DAY_S, compute_plan, plan_lines, print_plan
 from pilot_tui.record import RecordError, dumps
@@ -359,3 +361,83 @@ def test_print_plan_refuses_a_bad_record(tmp_path: Path):
     nospec.write_text(dumps({"campaign": {"name": "x"}, "phases": []}))
     with pytest.raises(RecordError, match=r"nospec\.toml"):
         print_plan(nospec)
+
+
+# ------------------------------------------------------------------ edge cases found in review
+
+
+def test_a_pilot_split_smaller_than_one_update_is_listed_not_a_crash():
+    # hold = updates, drop_last, no plan.dataset_size, and 8 training examples for 16 per update:
+    # no update can be made from this split, so the run has no number of epochs to reserve for.
+    rows = [stack_row(), *engine_rows(step_time=0.1)]
+    spec = NO_VARIANTS | {"plan": {"priority": ["control"], "dataset_size": 0}}
+    data = record(rows, spec)
+    data["dataset"]["splits"]["train"] = 8
+    pkg = compute_plan(data)["package"]
+    assert pkg["order"] == [] and pkg["days"] == 0
+    (entry,) = pkg["not_fit"]
+    assert entry["cause"] == "not_measured" and "plan.dataset_size" in entry["reason"]
+
+
+def test_a_precision_the_stack_phase_never_checked_is_not_kept():
+    # fp16 made in the TUI after the stack ran: the stack's precisions hold only fp32.
+    rows = [stack_row(), *engine_rows(), *engine_rows("half", precision="fp16")]
+    spec = {"variants": [], "plan": {"priority": ["half", "control"]}}
+    sheet = compute_plan(record(rows, spec))["sheet"]
+    by_id = {c["id"]: c for c in sheet["configurations"]}
+    assert by_id["half"]["status"] == "rejected"
+    assert "precision fp16 not supported: the stack phase did not check it" in by_id["half"]["reason"]
+    assert sheet["kept"] == "control"
+
+
+def test_largest_dimensions_ignore_a_configuration_whose_later_gate_failed():
+    big = engine_rows("big", microbatch=32, accumulation=1, max_length=64)
+    big[-1]["verdict"] = "fail"  # eval_longest@big: out of memory after first_step and steady passed
+    rows = [stack_row(), *engine_rows(), *big]
+    sheet = compute_plan(record(rows, NO_VARIANTS))["sheet"]
+    assert (sheet["max_microbatch_passed"], sheet["max_length_passed"]) == (4, 28)
+    big[-1]["verdict"] = "pass"
+    sheet = compute_plan(record(rows, NO_VARIANTS))["sheet"]
+    assert (sheet["max_microbatch_passed"], sheet["max_length_passed"]) == (32, 64)
+
+
+def test_a_kept_variant_that_changes_the_question_says_so():
+    rows = [stack_row(), *engine_rows(), *engine_rows("len16", max_length=16)]
+    note = "3 of 371 training examples (0.8%) have different targets"
+    extra = {"variants": [{"id": "len16", "changes_question": True, "question_note": note}]}
+    spec = {"variants": [{"id": "len16", "max_length": 16}], "plan": {"priority": ["len16", "control"]}}
+    sheet = compute_plan(record(rows, spec, extra))["sheet"]
+    assert sheet["kept"] == "len16"
+    assert f"it changes the question: {note}" in sheet["kept_reason"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(target_days=st.lists(st.floats(0.05, 40.0), min_size=1, max_size=4))
+def test_packing_takes_the_smallest_package_or_fills_30_days_in_priority_order(target_days):
+    """Each configuration's run is sized to about `target_days`; whatever the mix, the package is
+    the smallest that holds all of it, or 30 days filled greedily in priority order."""
+    updates = 100_000 // 16
+    ids = ["control", *(f"v{i}" for i in range(1, len(target_days)))]
+    rows = [stack_row()]
+    for config, days in zip(ids, target_days, strict=True):
+        rows += engine_rows(config, step_time=days * DAY_S / 1.2 / updates)
+    spec = {"variants": [], "plan": {"priority": ids, "dataset_size": 100_000, "epochs": 1}}
+    pkg = compute_plan(record(rows, spec))["package"]
+    planned = [o["id"] for o in pkg["order"]]
+    assert planned == [c for c in ids if c in planned]  # priority order kept
+    assert {n["id"] for n in pkg["not_fit"]} | set(planned) == set(ids)
+    totals = {o["id"]: o["total_s"] for o in pkg["order"]}
+    used = sum(totals.values())
+    if pkg["days"]:
+        assert pkg["fits_all"] and planned == ids
+        assert used <= pkg["days"] * DAY_S
+        smaller = [d for d in (3, 7, 30) if d < pkg["days"]]
+        assert all(used > d * DAY_S for d in smaller)  # no smaller package holds it
+    else:
+        assert not pkg["fits_all"] and used <= 30 * DAY_S
+        assert pkg["need_h"] > 30 * 24
+        for n in pkg["not_fit"]:
+            assert n["cause"] == "no_time"
+            before = sum(totals[c] for c in ids[: ids.index(n["id"])] if c in totals)
+            assert n["total_h"] * 3600 > 30 * DAY_S - before - 3600 * 0.01  # it did not fit the rest
+    assert pkg["planned_h"] == pytest.approx(used / 3600, abs=0.01)

@@ -67,3 +67,42 @@ def test_every_fixture_is_covered_and_the_runner_cases_are_valid_specs():
 def test_missing_campaign_file():
     with pytest.raises(SpecError, match=r"nope\.toml: campaign file not found"):
         load_spec(BAD / "nope.toml")
+
+
+# Values that type-check but would crash or mislead later: refused before anything runs.
+VALUE_CASES: dict[str, tuple[dict, str]] = {
+    "infinite lr": ({"optim": {"lr": float("inf")}}, "optim.lr: expected a finite number, got inf"),
+    "nan tolerance": ({"resume": {"tolerance": float("nan")}}, "resume.tolerance: expected a finite number"),
+    "infinite LR in a list": (
+        {"lr_board": {"variants": [5e-5, float("inf")]}},
+        "lr_board.variants[1]: expected a finite number",
+    ),
+    "skip typo": ({"phases": {"skip": ["stedy"]}}, "phases.skip: unknown phase 'stedy'"),
+    "negative loss_below": ({"overfit": {"loss_below": -1.0}}, "overfit.loss_below: must be > 0"),
+    "variant equal to the control": (
+        {"variants": [{"id": "same", "microbatch": 2, "precision": "fp32"}]},
+        "variant 'same' changes nothing from the control",
+    ),
+    "two LRs with one run name": (
+        {"lr_board": {"control": 1e-4, "variants": [1.0000001e-4]}},
+        "lr_board.variants: two LRs give the same run name",
+    ),
+    "empty extension name": ({"task": {"requires": ["numpy", " "]}}, "task.requires: a module name is empty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_CASES))
+def test_values_that_would_mislead_later_are_refused(write_campaign, case):
+    changes, fragment = VALUE_CASES[case]
+    path = write_campaign(changes)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_every_phase_name_may_be_skipped_and_a_changed_field_is_a_variant(write_campaign):
+    from pilot_tui.steps import PHASE_NAMES
+
+    load_spec(write_campaign({"phases": {"skip": list(PHASE_NAMES)}}))
+    # The FAST control has microbatch 2: a variant with microbatch 1 changes something.
+    load_spec(write_campaign({"variants": [{"id": "mb1", "microbatch": 1, "precision": "fp32"}]}))
