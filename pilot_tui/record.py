@@ -116,6 +116,8 @@ class Record:
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise RecordError(f"{p}: record not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RecordError(f"{p}: cannot read the record: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise RecordError(f"{p}: not a valid TOML record: {exc}") from None
         if "campaign" not in data or "phases" not in data:

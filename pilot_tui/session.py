@@ -251,7 +251,10 @@ class Session:
                 self._running = None
                 died = self._runner_died(key, started)
                 if pending_run:
-                    self._lost_run(pending_run, str(overrides.get("retry_of", "")), str(died.row["reason"]))
+                    # Yielded too, so a view drops the run's live "running" state for the row.
+                    yield self._lost_run(
+                        pending_run, str(overrides.get("retry_of", "")), str(died.row["reason"])
+                    )
                 yield died
                 return
             if isinstance(msg, RecordUpdate) and msg.section == "runs":
@@ -262,7 +265,7 @@ class Session:
                 self.record.append("phases", msg.row)
                 self.record.save()
             elif isinstance(msg, RecordUpdate):
-                self.apply_update(msg)
+                msg = self.apply_update(msg)
             if isinstance(msg, Idle):
                 self._running = None
                 if self._cancel_timer:
@@ -270,7 +273,8 @@ class Session:
                 return
             yield msg
 
-    def apply_update(self, msg: RecordUpdate) -> None:
+    def apply_update(self, msg: RecordUpdate) -> RecordUpdate:
+        """Keep `msg` in the record and save; returns it as recorded (a run may get a new id)."""
         assert self.record is not None
         value = msg.value
         if msg.section == "runs":
@@ -283,6 +287,7 @@ class Session:
         if msg.section == "runs":
             self._update_board()
         self.record.save()
+        return msg if value is msg.value else RecordUpdate(section=msg.section, value=value)
 
     # ------------------------------------------------------------------ LR board (R13, R14)
 
@@ -307,7 +312,7 @@ class Session:
             pass  # not an LR run name: the runner refuses it with the reason
         return overrides, f"{step.variant}-{attempt}"
 
-    def _lost_run(self, run_id: str, retry_of: str, reason: str) -> None:
+    def _lost_run(self, run_id: str, retry_of: str, reason: str) -> RecordUpdate:
         """The runner died inside an LR run: the run still gets its row, status failed (R14)."""
         assert self.record is not None
         row: dict[str, Any] = {
@@ -324,7 +329,7 @@ class Session:
         except ValueError:
             pass
         row |= {"spec_sha256": self.loaded.sha256, "losses": [], "validation": []}
-        self.apply_update(RecordUpdate(section="runs", value=row))
+        return self.apply_update(RecordUpdate(section="runs", value=row))
 
     def _update_board(self) -> None:
         """Recompute `[board]` from every `[[runs]]` row: it survives runner restarts and retries."""

@@ -32,6 +32,7 @@ from .driver import Driver, Source
 from .messages import (
     CountersMsg,
     DriverIdle,
+    NoteWritten,
     NvmlSampled,
     PhaseFinishedMsg,
     PhaseProgressMsg,
@@ -369,9 +370,11 @@ class PilotApp(App[int]):
     @on(SessionFailed)
     def handle_failed(self, msg: SessionFailed) -> None:
         self.status_text = f"runner: {msg.reason}"
-        for gate in list(self.gates.values()):
-            if gate.status == QUEUED:
-                self._set_gate(gate.with_(status=WAITING))
+        # Exactly the steps the driver dropped (the failed one has no row: it may run again).
+        for key in msg.dropped:
+            if key in self.gates and self.gates[key].status in (QUEUED, RUNNING):
+                self.started.pop(key, None)
+                self._set_gate(self.gates[key].with_(status=WAITING))
         self.notify(msg.reason, title="runner", severity="error", timeout=10)
 
     @on(PhaseStartedMsg)
@@ -592,11 +595,17 @@ class PilotApp(App[int]):
                 data = {k: record.data[k] for k in ("notes", "conclusion") if k in record.data}
             except (RecordError, OSError) as exc:
                 error = str(exc)
-            self.call_from_thread(self.note_written, kind, data, error)
+            # Posted, not `call_from_thread`: that blocks this thread on the UI loop, which
+            # waits for this thread while the app closes.
+            self.post_message(NoteWritten(kind, data, error))
 
         if self.driver.busy:
             self.notify(f"the {kind} is written when the running step ends", title=kind)
         self.driver.call(write)
+
+    @on(NoteWritten)
+    def handle_note_written(self, msg: NoteWritten) -> None:
+        self.note_written(msg.kind, msg.data, msg.error)
 
     def note_written(self, kind: str, data: dict[str, Any], error: str) -> None:
         if error:

@@ -56,6 +56,9 @@ class Driver:
         self._cond = threading.Condition()
         self._stop = False
         self.current: str | None = None
+        # The step a cancel was asked for: re-sent when it starts, since the runner drops a
+        # cancel that arrives before the phase does (e.g. while a crashed runner restarts).
+        self._cancel_key: str | None = None
         self.ready = False
         self.done = threading.Event()
 
@@ -106,7 +109,9 @@ class Driver:
     def cancel(self) -> list[str]:
         """Cancel the running step and drop the queued ones (a cancel stops `run all` too)."""
         dropped = self.clear()
-        if self.busy:
+        key = self.current
+        if key is not None:
+            self._cancel_key = key
             self.source.cancel()
         return dropped
 
@@ -135,7 +140,7 @@ class Driver:
             try:
                 ready = self.source.start()
             except Exception as exc:
-                self._post(SessionFailed(str(exc)))
+                self._post(SessionFailed(str(exc), dropped=self.clear()))
                 return
             record = self.source.record
             self.ready = True
@@ -151,18 +156,24 @@ class Driver:
                     try:
                         cmd.fn(self.source.record)
                     except Exception as exc:
-                        self._post(SessionFailed(f"could not write the record: {exc}"))
+                        # Not a runner failure: the queued steps still run.
+                        self._post(RecordExported(None, f"{type(exc).__name__}: {exc}"))
                     continue
                 self.current = cmd.key
                 try:
                     for event in self.source.run_step(cmd.key, cmd.overrides):
+                        if isinstance(event, ev.PhaseStarted) and self._cancel_key == cmd.key:
+                            self.source.cancel()
                         msg = wrap(event)
                         if msg is not None:
                             self._post(msg)
                 except Exception as exc:  # a runner that cannot restart; the UI keeps going
-                    self._post(SessionFailed(f"{cmd.key}: {exc}"))
+                    # The queued steps would fail the same way: drop them, and say which (this
+                    # one too: it has no row, so the view shows it waiting again).
+                    self._post(SessionFailed(f"{cmd.key}: {exc}", dropped=[cmd.key, *self.clear()]))
                 finally:
                     self.current = None
+                    self._cancel_key = None
                 with self._cond:
                     idle = not self._queue
                 if idle:

@@ -77,11 +77,22 @@ class SessionReady(Message):
 
 
 class SessionFailed(Message):
-    """The runner could not start or restart; `reason` is one line."""
+    """The runner could not start or restart; `reason` is one line, `dropped` the steps unqueued."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, dropped: list[str] | None = None) -> None:
         super().__init__()
         self.reason = reason
+        self.dropped = list(dropped or [])
+
+
+class NoteWritten(Message):
+    """A note or conclusion was written into the live record (`data`: its notes sections), or not."""
+
+    def __init__(self, kind: str, data: dict, error: str = "") -> None:
+        super().__init__()
+        self.kind = kind
+        self.data = data
+        self.error = error
 
 
 class DriverIdle(Message):

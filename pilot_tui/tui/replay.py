@@ -126,7 +126,7 @@ class ReplaySession(Session):
                 self.record.append("phases", msg.row)
                 self.record.save()
             elif isinstance(msg, ev.RecordUpdate):
-                self.apply_update(msg)
+                msg = self.apply_update(msg)
             if isinstance(msg, ev.Idle):
                 return
             yield msg

@@ -5,6 +5,8 @@ One runner per test; the campaigns are the fast demo with the phases other tests
 
 from __future__ import annotations
 
+import os
+import signal
 import tomllib
 from pathlib import Path
 
@@ -107,3 +109,32 @@ async def test_cancel_mid_phase_then_quit_while_running(write_campaign, tmp_path
     assert gone(pid)
     saved = tomllib.loads(Path(app.record_path).read_text())
     assert saved["phases"][-1]["step"] == "steady@v1" and "cancel" in saved["phases"][-1]["reason"]
+
+
+async def test_a_cancel_while_a_dead_runner_restarts_still_stops_the_step(
+    write_campaign, tmp_path: Path
+) -> None:
+    path = write_campaign(
+        {"phases": {"skip": [*SKIP, "load", "first_step", "save", "export"], "steady_updates": 2000}},
+        drop=("variants",),
+    )
+    app = make_app(path, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.driver.ready, "the runner to start")
+        first = app.source.runner_pid
+        os.kill(first, signal.SIGKILL)
+        await wait_for(pilot, lambda: gone(first), "the runner to die")
+        await pilot.press("a")
+        # Taken by the driver, which now waits for a new runner: a cancel sent before the phase
+        # starts is dropped by that runner, so the driver sends it again when the phase starts.
+        await wait_for(pilot, lambda: app.driver.current == "steady", "steady to be taken")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: app.gates["steady"].finished, "steady to stop")
+        row = app.gates["steady"].row
+        assert row["verdict"] == FAIL and row["reason"] == "cancelled by the user", row["reason"]
+        assert app.gates["eval_longest"].status == WAITING
+        second = app.source.runner_pid
+        assert second not in (None, first)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, "the app to exit")
+    assert gone(second)

@@ -152,3 +152,22 @@ async def test_notes_and_conclusion_on_a_saved_record(saved_record: Path) -> Non
     assert data["notes"][-1]["target"] == "split" and data["notes"][-1]["text"] == "clean"
     assert data["conclusion"] | {"time": ""} == {"text": "kept", "decision": "mb1", "time": ""}
     assert [r["step"] for r in data["phases"]] == [r["step"] for r in Record.read(RECORD).phases]
+
+
+async def test_a_note_in_a_live_session_goes_into_its_record(replay_app) -> None:
+    app = replay_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.driver.ready, "the session to start")
+        await pilot.press("n")
+        first = next(iter(app.gates))
+        await wait_for(pilot, lambda: app.gates[first].finished, f"{first} to finish")
+        await pilot.press("o", *"fine", "enter")
+        await wait_for(pilot, lambda: "notes" in app.sections, "the note")
+        assert app.sections["notes"][-1]["target"] == first
+        saved = tomllib.loads(Path(app.record_path).read_text())
+        assert saved["notes"][-1]["text"] == "fine" and saved["phases"][0]["step"] == first
+        await pilot.press("a")  # the steps after it keep the note: the session holds the record
+        await wait_for(pilot, lambda: all_done(app), "every step to finish")
+        await wait_for(pilot, lambda: "plan" in app.sections, "the plan")
+    saved = tomllib.loads(Path(app.record_path).read_text())
+    assert [n["text"] for n in saved["notes"]] == ["fine"] and "plan" in saved
