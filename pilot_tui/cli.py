@@ -28,6 +28,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("campaign", type=Path, help="campaign spec (TOML)")
     run.add_argument("--headless", action="store_true", help="no TUI: print one line per phase")
     run.add_argument("--records", type=Path, help="folder for records (default: <campaign dir>/records)")
+    run.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="headless: run the later phases even after a failed stack check",
+    )
     opn = sub.add_parser("open", help="open the dashboard on a campaign or a saved record (default)")
     opn.add_argument("target", type=Path, nargs="?", default=DEMO_CAMPAIGN, help="campaign spec or record")
     opn.add_argument("--records", type=Path, help="folder for records (default: <campaign dir>/records)")
@@ -57,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and args.headless:
             from .headless import run_headless
 
-            return run_headless(Session(args.campaign, args.records))
+            return run_headless(Session(args.campaign, args.records), keep_going=args.keep_going)
         if args.command == "export":
             from .archive import export_archive
 

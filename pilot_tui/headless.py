@@ -58,8 +58,14 @@ class ProgressBar:
             self.visible = False
 
 
-def run_headless(session: Session, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Exit 0 when every gate passes (warnings included), 1 when one fails."""
+def run_headless(
+    session: Session, out: TextIO = sys.stdout, err: TextIO = sys.stderr, keep_going: bool = False
+) -> int:
+    """Exit 0 when every gate passes (warnings included), 1 when one fails.
+
+    A failed `stack` stops the campaign unless `keep_going`: figures measured on a software stack
+    that cannot run the task would only be spent time (R18: fail fast).
+    """
     ready = session.start()
     assert session.record is not None
     acc = session.record.data["accounting"]
@@ -79,8 +85,14 @@ def run_headless(session: Session, out: TextIO = sys.stdout, err: TextIO = sys.s
     failed = 0
     try:
         for step in session.steps:
+            stack_failed = False
             for ev in session.run_step(step.key):
                 failed += _show(ev, bar, out, err)
+                if isinstance(ev, PhaseFinished) and step.phase == "stack":
+                    stack_failed = ev.row["verdict"] == "fail"
+            if stack_failed and not keep_going:
+                print("stack check failed: later phases not run (--keep-going runs them anyway)", file=out)
+                break
     finally:
         bar.clear()
         session.close()

@@ -59,17 +59,19 @@ def campaign(folder: Path, requires: list[str], skip: tuple[str, ...] = ()) -> P
 
 
 def run(
-    folder: Path, requires: list[str], skip: tuple[str, ...] = ()
+    folder: Path, requires: list[str], skip: tuple[str, ...] = (), keep_going: bool = False
 ) -> tuple[int, str, dict[str, Any], Path]:
     session = Session(campaign(folder, requires, skip), folder / "records")
     out = io.StringIO()
-    code = run_headless(session, out=out, err=io.StringIO())
+    code = run_headless(session, out=out, err=io.StringIO(), keep_going=keep_going)
     assert session.record is not None
     return code, out.getvalue(), tomllib.loads(session.record.path.read_text()), session.record.path
 
 
 def test_an_extension_that_does_not_import_fails_the_stack_and_nothing_is_kept(tmp_path: Path, capsys):
-    code, out, data, path = run(tmp_path / "bad", [MISSING, "tomli_w"], skip=("save", "export"))
+    code, out, data, path = run(
+        tmp_path / "bad", [MISSING, "tomli_w"], skip=("save", "export"), keep_going=True
+    )
     assert code == 1
     stack = data["phases"][0]
     assert stack["step"] == "stack" and stack["verdict"] == "fail"
@@ -84,6 +86,14 @@ def test_an_extension_that_does_not_import_fails_the_stack_and_nothing_is_kept(t
     assert "plan: no configuration kept" in out
     assert print_plan(path) == 1
     assert MISSING in capsys.readouterr().out
+
+
+def test_a_failed_stack_stops_the_headless_campaign(tmp_path: Path):
+    code, out, data, _ = run(tmp_path / "stop", [MISSING])
+    assert code == 1
+    assert [r["step"] for r in data["phases"]] == ["stack"]
+    assert "later phases not run" in out
+    assert data["plan"]["sheet"]["kept"] == ""
 
 
 def test_a_passing_campaign_keeps_the_control_and_plans_it(tmp_path: Path):
