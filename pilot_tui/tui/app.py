@@ -27,6 +27,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from .. import DEMO_CAMPAIGN
 from ..record import LIST_SECTIONS, Record, RecordError
 from ..session import Session
+from ..steps import VARIANT_PHASES
 from .commands import PilotCommands
 from .driver import Driver, Source
 from .messages import (
@@ -530,15 +531,20 @@ class PilotApp(App[int]):
                 "activation_checkpointing": b.activation_checkpointing,
             }
 
+        # A memory variant is measured on all of its phases, so it gets a [[variants]] entry
+        # compared with the control (R11); any other phase is re-run alone.
+        phases = list(VARIANT_PHASES) if gate.phase in VARIANT_PHASES else [gate.phase]
+
         def chosen(overrides: dict[str, Any] | None) -> None:
             if overrides is None:
                 return
-            key = f"{gate.phase}@{variant}"
-            label = f"{gate.phase} [{variant}]"
-            self.gates[key] = GateState(key=key, label=label, phase=gate.phase, variant=variant)
+            keys = [f"{phase}@{variant}" for phase in phases]
+            for key, phase in zip(keys, phases, strict=True):
+                label = f"{phase} [{variant}]"
+                self.gates[key] = GateState(key=key, label=label, phase=phase, variant=variant)
             changes = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "no change"
-            self.notify(f"{key}: {changes}", title="new variant")
-            self.queue_steps([key], overrides)
+            self.notify(f"{', '.join(keys)}: {changes}", title="new variant")
+            self.queue_steps(keys, overrides)
 
         self.push_screen(VariantForm(gate.phase, variant, current), chosen)
 

@@ -52,19 +52,26 @@ async def test_demo_end_to_end_with_keys(write_campaign, tmp_path: Path) -> None
         await pilot.press("v")
         await wait_for(pilot, lambda: isinstance(app.screen, VariantForm), "the variant form")
         await pilot.press("1", "enter")
+        # A memory variant is measured on its three phases, so it joins the comparison table.
         await wait_for(
-            pilot, lambda: "steady@v1" in app.gates and app.gates["steady@v1"].finished, "steady@v1"
+            pilot,
+            lambda: "eval_longest@v1" in app.gates and app.gates["eval_longest@v1"].finished,
+            "the v1 variant's three phases",
         )
         await pilot.press("e")
         await wait_for(pilot, lambda: "plan" in app.sections, "the export")
         record = tomllib.loads(Path(app.record_path).read_text())
         steps = [row["step"] for row in record["phases"]]
-        assert steps == [k for k in app.gates]  # one row per gate, in order, steady@v1 last
+        assert steps == [k for k in app.gates]  # one row per gate, in order, the v1 rows last
+        assert steps[-3:] == ["first_step@v1", "steady@v1", "eval_longest@v1"]
         for row in record["phases"]:
             assert app.gates[row["step"]].status == row["verdict"]
             assert "peak_rss_mb" in row["memory"] and row["duration_s"] >= 0
-        v1 = record["phases"][-1]
+        v1 = next(r for r in record["phases"] if r["step"] == "steady@v1")
         assert v1["variant"] == "v1" and v1["params"]["microbatch"] == 1
+        entries = {v["id"]: v for v in record["variants"]}
+        assert entries["v1"]["microbatch"] == 1
+        assert entries["v1"]["effective_batch"] == entries["control"]["effective_batch"]
         assert "sheet" in record["plan"]
         await pilot.press("q")  # idle: quits without asking
     assert gone(pid)
