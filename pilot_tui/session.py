@@ -245,8 +245,17 @@ class Session:
         overrides, pending_run = self._lr_run_attempt(key, dict(overrides or {}))
         self._send(RunStep(step=key, overrides=overrides))
         started: PhaseStarted | None = None
+        resent = False
         while True:
             msg = self._next()
+            if msg is None and started is None and not resent:
+                # The runner was already dying when the step was sent (killed while idle: a
+                # multi-threaded process can take a moment to be reaped): the step never began,
+                # so it runs in a new runner instead of being recorded as a crash. Once only.
+                resent = True
+                self._restart()
+                self._send(RunStep(step=key, overrides=overrides))
+                continue
             if msg is None:
                 self._running = None
                 died = self._runner_died(key, started)
