@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -30,6 +29,7 @@ from typing import Any
 from . import __version__
 from .hashing import sha256_file
 from .record import Record, RecordError, dumps
+from .revision import code_revision
 
 
 class ArchiveError(RecordError):
@@ -46,27 +46,6 @@ def _stem(out: Path) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
-
-
-def code_revision(where: Path | None = None) -> str:
-    """The git revision of the pilot-tui code (with `+dirty` for local changes), or ""."""
-    where = where or Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        if rev.returncode != 0:
-            return ""
-        status = subprocess.run(
-            ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    dirty = "+dirty" if status.returncode == 0 and status.stdout.strip() else ""
-    return rev.stdout.strip() + dirty
 
 
 def _manifest(record: Record, dest: Path | None) -> list[dict[str, Any]]:
@@ -227,7 +206,12 @@ def _fill(folder: Path, record: Record, with_artifacts: bool) -> None:
     if archived:
         sums = "".join(f"{m['sha256']}  {m['archived_as'].removeprefix('artifacts/')}\n" for m in archived)
         (folder / "artifacts" / "SHA256SUMS").write_text(sums, encoding="utf-8")
-    text = _instructions(record, manifest, task[1] if task else "", code_revision())
+    text = _instructions(
+        record,
+        manifest,
+        task[1] if task else "",
+        record.data.get("environment", {}).get("code_revision") or code_revision(),
+    )
     (folder / "INSTRUCTIONS.md").write_text(text, encoding="utf-8")
 
 

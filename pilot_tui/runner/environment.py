@@ -5,14 +5,13 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from .. import __version__
+from ..revision import code_revision
 
 
 def describe(device: torch.device) -> dict[str, Any]:
@@ -27,21 +26,9 @@ def describe(device: torch.device) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "executable": sys.executable,
         "libraries": _versions("numpy", "safetensors", "psutil", "tomli-w"),
-        "code_revision": code_revision(Path(__file__).resolve().parents[2]),
+        "code_revision": code_revision(),
+        "devices": gpus(),
     }
-    devices = []
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            devices.append(
-                {
-                    "index": i,
-                    "name": p.name,
-                    "memory_mb": round(p.total_memory / 2**20),
-                    "capability": f"{p.major}.{p.minor}",
-                }
-            )
-    env["devices"] = devices
     return env
 
 
@@ -55,20 +42,21 @@ def _versions(*names: str) -> dict[str, str]:
     return out
 
 
-def code_revision(folder: Path) -> str:
-    """The git commit of a source checkout, with `+dirty` for local changes; "" outside git."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+def gpus() -> list[dict[str, Any]]:
+    """Every visible GPU with the same fields, so a mixed machine is visible (R6)."""
+    out = []
+    if not torch.cuda.is_available():
+        return out
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        out.append(
+            {
+                "index": i,
+                "name": p.name,
+                "memory_mb": round(p.total_memory / 2**20),
+                "capability": f"{p.major}.{p.minor}",
+                # Native bf16 arrived with compute capability 8.0 (Ampere).
+                "bf16": p.major >= 8,
+            }
         )
-        if head.returncode != 0:
-            return ""
-        dirty = subprocess.run(
-            ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    return out

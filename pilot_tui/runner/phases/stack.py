@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..context import RunContext
+from ..environment import gpus
 from .base import FAIL, PASS, WARN, Outcome, PhaseRun, phase
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -132,26 +133,6 @@ def check_nccl() -> dict[str, Any]:
             version = ""
     gloo = bool(dist and torch.distributed.is_gloo_available())
     return {"distributed": dist, "nccl": nccl, "nccl_version": version, "gloo": gloo}
-
-
-def gpus() -> list[dict[str, Any]]:
-    """Every visible GPU with the same fields, so a mixed machine is visible (R6)."""
-    out = []
-    if not torch.cuda.is_available():
-        return out
-    for i in range(torch.cuda.device_count()):
-        p = torch.cuda.get_device_properties(i)
-        out.append(
-            {
-                "index": i,
-                "name": p.name,
-                "memory_mb": round(p.total_memory / 2**20),
-                "capability": f"{p.major}.{p.minor}",
-                # Native bf16 arrived with compute capability 8.0 (Ampere).
-                "bf16": p.major >= 8,
-            }
-        )
-    return out
 
 
 def campaign_precisions(ctx: RunContext) -> dict[str, list[str]]:
