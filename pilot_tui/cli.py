@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import DEMO_CAMPAIGN
+from . import DEMO_CAMPAIGN, __version__
 from .record import RecordError
 from .session import BadInputError, Session
 from .spec import SpecError
@@ -23,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="pilot-tui",
         description="Pilot a PyTorch training campaign phase by phase before renting GPUs for days.",
     )
+    p.add_argument("--version", action="version", version=f"pilot-tui {__version__}")
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run a campaign (TUI, or --headless for one line per phase)")
     run.add_argument("campaign", type=Path, help="campaign spec (TOML)")
@@ -55,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
-    if not args_in or (args_in[0] not in SUBCOMMANDS and args_in[0] not in ("-h", "--help")):
+    if not args_in or (args_in[0] not in SUBCOMMANDS and args_in[0] not in ("-h", "--help", "--version")):
         args_in = ["open", *args_in]
     args = _parser().parse_args(args_in)
     try:
