@@ -30,9 +30,9 @@ import tomli_w
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from pilot_tui.phase_table import in_group  # noqa: E402
 from pilot_tui.plan import compute_plan  # noqa: E402
 from pilot_tui.session import Session  # noqa: E402
-from pilot_tui.steps import CLOSING_PHASES, DATA_PHASES  # noqa: E402
 
 DEMO = REPO / "campaigns" / "demo.toml"
 
@@ -66,7 +66,7 @@ def run_steps(campaign: Path, records: Path) -> dict[str, Any]:
 
 
 def one_round(folder: Path) -> tuple[float, float, dict[str, Any]]:
-    pilot_skip = [*DATA_PHASES, "save", "export", "lr_run", *CLOSING_PHASES]
+    pilot_skip = [*in_group("data"), "save", "export", "lr_run", *in_group("closing")]
     pilot = run_steps(write_campaign(folder, "pilot", pilot_skip), folder / "records")
     plan = compute_plan(pilot)
     budget = int(pilot["accounting"]["updates"])

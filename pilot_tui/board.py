@@ -13,6 +13,7 @@ larger than the seed spread (the wider of the two LRs' min-max ranges). Otherwis
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import statistics
@@ -30,6 +31,21 @@ MEASURED = ("completed", "stopped", "diverged")
 VERDICTS = ("reference", "better", "worse", "no reliable difference", "diverged", "missing")
 
 _NAME = re.compile(r"lr(?P<mantissa>\d+(?:\.\d+)?)e(?P<exponent>[+-]?\d+)-s(?P<seed>-?\d+)")
+
+
+def best_validation(points: Iterable[Mapping[str, Any]]) -> tuple[float, int] | None:
+    """(loss, update) of a run's best validation point *after training started*: update 0 is the
+    shared starting point of every run, not something a run achieved. None when there is none."""
+    trained = [
+        (float(p["loss"]), int(p["update"]))
+        for p in points
+        if isinstance(p, Mapping)
+        and isinstance(p.get("update"), int)
+        and p["update"] > 0
+        and isinstance(p.get("loss"), int | float)
+        and math.isfinite(p["loss"])
+    ]
+    return min(trained) if trained else None
 
 
 def parse_run_name(name: str) -> tuple[float, int]:
@@ -96,6 +112,36 @@ def unique_run(runs: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> dic
     out["id"] = f"{base}-{number}"
     out["id_conflict"] = run_id
     return out
+
+
+def attempt(runs: Sequence[Mapping[str, Any]], run_name: str) -> dict[str, Any]:
+    """The overrides that number the next attempt of an LR run: one past the highest attempt ever
+    recorded for this name (never reused, R14), `retry_of` naming the one before, and the run's
+    own LR and seed so the phase's announced params already show them."""
+    number, retry_of = next_attempt(runs, run_name)
+    out: dict[str, Any] = {"attempt": number, "retry_of": retry_of}
+    # Not an LR run name: the runner refuses it with the reason.
+    with contextlib.suppress(ValueError):
+        out["lr"], out["seed"] = parse_run_name(run_name)
+    return out
+
+
+def lost_run(run_id: str, retry_of: str, reason: str, *, cancelled: bool, spec_sha256: str) -> dict[str, Any]:
+    """The `[[runs]]` row of a run whose runner died inside it: a failure keeps its row (R14)."""
+    row: dict[str, Any] = {
+        "id": run_id,
+        "retry_of": retry_of,
+        # Killed because it did not stop when asked: the user's cancel, not a crash.
+        "status": "cancelled" if cancelled else "failed",
+        "stop_cause": "runner_died",
+        "reason": reason,
+    }
+    try:
+        lr, seed = parse_run_name(split_run_id(run_id)[0])
+        row |= {"lr": lr, "seed": seed}
+    except ValueError:
+        pass
+    return row | {"spec_sha256": spec_sha256, "losses": [], "validation": []}
 
 
 # ------------------------------------------------------------------ comparison

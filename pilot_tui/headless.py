@@ -5,29 +5,24 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from .events import Message, PhaseFinished, PhaseProgress, RunnerError
+from . import phase_table
+from .events import PhaseFinished, PhaseProgress, RunnerError, WireMessage
+from .rows import PhaseRow
 from .session import Session
 
 MARKS = {"pass": "✓", "warn": "!", "fail": "✗"}
 
 
-def memory_summary(memory: dict[str, float]) -> str:
-    """Allocated and reserved are shown side by side, never summed (R6)."""
-    if "peak_reserved_mb" in memory:
-        return (
-            f"peak alloc {memory['peak_allocated_mb']:.0f} MiB · "
-            f"peak reserved {memory['peak_reserved_mb']:.0f} MiB"
-        )
-    if "peak_rss_mb" in memory:
-        return f"peak RSS {memory['peak_rss_mb']:.0f} MiB"
-    return "no memory reading"
-
-
-def phase_line(row: dict) -> str:
-    label = row["step"]
+def phase_line(data: dict) -> str:
+    """One finished phase: verdict, step, duration, memory (allocated and reserved side by side,
+    never summed, R6) and the reason."""
+    row = PhaseRow.from_toml(data)
+    if row is None:
+        return f"✗ fail  unreadable row {str(data)[:60]}"
+    duration = row.duration_s or 0.0
     return (
-        f"{MARKS.get(row['verdict'], '?')} {row['verdict']:<4}  {label:<26} {row['duration_s']:8.2f} s  "
-        f"{memory_summary(row.get('memory', {})):<40}  {row.get('reason', '')}"
+        f"{MARKS.get(row.verdict, '?')} {row.verdict:<4}  {row.key:<26} {duration:8.2f} s  "
+        f"{row.memory.summary():<40}  {row.reason}"
     )
 
 
@@ -85,13 +80,14 @@ def run_headless(
     failed = 0
     try:
         for step in session.steps:
-            stack_failed = False
+            stop = False
             for ev in session.run_step(step.key):
                 failed += _show(ev, bar, out, err)
-                if isinstance(ev, PhaseFinished) and step.phase == "stack":
-                    stack_failed = ev.row["verdict"] == "fail"
-            if stack_failed and not keep_going:
-                print("stack check failed: later phases not run (--keep-going runs them anyway)", file=out)
+                if isinstance(ev, PhaseFinished):
+                    row = PhaseRow.from_toml(ev.row)
+                    stop = row is not None and phase_table.stops_campaign(row.name, row.verdict)
+            if stop and not keep_going:
+                print(f"{step.phase} failed: later phases not run (--keep-going runs them anyway)", file=out)
                 break
     finally:
         bar.clear()
@@ -113,7 +109,7 @@ def plan_summary(plan: dict) -> list[str]:
     return summary_lines(plan)
 
 
-def _show(ev: Message, bar: ProgressBar, out: TextIO, err: TextIO) -> int:
+def _show(ev: WireMessage, bar: ProgressBar, out: TextIO, err: TextIO) -> int:
     if isinstance(ev, PhaseProgress):
         bar.show(ev)
     elif isinstance(ev, PhaseFinished):

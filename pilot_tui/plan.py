@@ -16,22 +16,16 @@ from typing import Any, TextIO
 
 import tomli_w
 
+from . import phase_table
 from .accounting import account
 from .record import Record, RecordError
+from .rows import BASIS_CPU, BASIS_CUDA, PhaseRow, StepKey, newest_by_key, num, number, read_rows
 from .spec import CampaignSpec, SpecError, parse_spec
 
 DAY_S = 86_400.0
 PACKAGES = (3, 7, 30)
-# The phases whose gates decide whether a configuration fits in memory (R18).
-CONTROL_GATES = ("load", "first_step", "steady", "eval_longest")
-VARIANT_GATES = ("first_step", "steady", "eval_longest")
-OK_VERDICTS = ("pass", "warn")
 # A steady phase whose slow updates are this many times its median is flagged as uneven.
 UNEVEN_P90_OVER_P50 = 3.0
-
-
-def _num(value: Any, default: float = 0.0) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
 
 
 def _hours(seconds: float) -> float:
@@ -51,48 +45,59 @@ def spec_of(data: Mapping[str, Any]) -> CampaignSpec:
     return parse_spec(text, path).spec
 
 
-def latest_rows(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The last row of every step key: a retry is a new row, and the newest one is the measurement."""
-    out: dict[str, dict[str, Any]] = {}
-    for row in data.get("phases") or []:
-        if isinstance(row, dict) and "step" in row:
-            out[str(row["step"])] = row
-    return out
+Rows = Mapping[str, PhaseRow]
+
+
+def newest_rows(data: Mapping[str, Any]) -> dict[str, PhaseRow]:
+    """By step key, the newest row of each step: a retry is a new row, the newest is the measurement."""
+    return newest_by_key(read_rows(data.get("phases")))
 
 
 def _key(phase: str, config: str) -> str:
-    return phase if config == "control" else f"{phase}@{config}"
+    return StepKey(phase, config).key
 
 
 def configurations(data: Mapping[str, Any], spec: CampaignSpec) -> list[str]:
     """control, the declared variants, then any variant made on the fly that has rows."""
     ids = ["control", *(v.id for v in spec.variants)]
-    for row in data.get("phases") or []:
-        variant = str(row.get("variant", "control"))
-        if row.get("name") in VARIANT_GATES and variant not in ids:
-            ids.append(variant)
+    for row in read_rows(data.get("phases")):
+        if row.name in phase_table.per_variant() and row.variant not in ids:
+            ids.append(row.variant)
     return ids
 
 
-def memory_basis(rows: Mapping[str, Mapping[str, Any]]) -> str:
+def memory_basis(rows: Rows) -> str:
     """Which counter the memory figures are: CUDA peak reserved, or the CPU process's peak RSS."""
-    for row in rows.values():
-        if "peak_reserved_mb" in (row.get("memory") or {}):
-            return "peak reserved (CUDA caching allocator)"
-    return "peak RSS (whole CPU process)"
+    return BASIS_CUDA if any(row.memory.on_cuda for row in rows.values()) else BASIS_CPU
 
 
-def _peak(row: Mapping[str, Any]) -> float:
-    memory = row.get("memory") or {}
-    return _num(memory.get("peak_reserved_mb", memory.get("peak_rss_mb")))
+def own_rows(config: str, rows: Rows) -> list[PhaseRow]:
+    """The rows measured with this configuration's own inputs: its memory gates, and for the
+    control the engine phases that checkpoint and export its state. Not the fit search (its own
+    microbatches), the LR runs, resume or final: they measure other configurations."""
+    phases = phase_table.in_group("engine") if config == "control" else phase_table.per_variant()
+    return [row for p in phases if (row := rows.get(_key(p, config))) is not None]
 
 
-def stack_gate(rows: Mapping[str, Mapping[str, Any]]) -> tuple[str, str, dict[str, Any]]:
+def stack_gate(rows: Rows) -> tuple[str, str, dict[str, Any]]:
     """(status, reason, details) of the stack check; `missing` when the phase did not run."""
     row = rows.get("stack")
     if row is None:
         return "missing", "the stack phase did not run: nothing can be kept unchecked", {}
-    return str(row.get("verdict", "fail")), str(row.get("reason", "")), dict(row.get("details") or {})
+    return row.verdict, row.reason, dict(row.details)
+
+
+def blockers(rows: Rows) -> tuple[list[str], list[str]]:
+    """(failed, not run) among the phases a multi-day run cannot do without (save, export,
+    resume, final): a failure blocks the plan, a phase not run qualifies it."""
+    failed, missing = [], []
+    for phase in phase_table.plan_blockers():
+        row = rows.get(phase)
+        if row is None:
+            missing.append(phase)
+        elif not row.ok:
+            failed.append(f"{phase} failed: {row.reason}")
+    return failed, missing
 
 
 def _precision_ok(stack_details: Mapping[str, Any], precision: str) -> tuple[bool, str]:
@@ -109,17 +114,17 @@ def _precision_ok(stack_details: Mapping[str, Any], precision: str) -> tuple[boo
 
 def assess(
     config: str,
-    rows: Mapping[str, Mapping[str, Any]],
+    rows: Rows,
     stack: tuple[str, str, dict[str, Any]],
     headroom: float,
     variants_section: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
     """One configuration's gates: the stack (its precision included) and every memory phase."""
-    gates = CONTROL_GATES if config == "control" else VARIANT_GATES
+    gates = phase_table.gates_for(config)
     own = {p: rows[_key(p, config)] for p in gates if _key(p, config) in rows}
-    params = dict(next(iter(own.values()))["params"]) if own else {}
+    params: Mapping[str, Any] = next(iter(own.values())).params if own else {}
     if "steady" in own:
-        params = dict(own["steady"].get("params") or params)
+        params = own["steady"].params or params
     problems: list[str] = []
     status, reason, details = stack
     if status == "missing":
@@ -135,27 +140,24 @@ def assess(
         row = own.get(p)
         if row is None:
             problems.append(f"{_key(p, config)} not measured")
-        elif row.get("verdict") not in OK_VERDICTS:
-            problems.append(f"{_key(p, config)} failed: {row.get('reason', '')}")
-    # Memory needed: every row of this configuration (save and export too), the stack probe aside.
-    mine = [r for r in rows.values() if r.get("variant", "control") == config and r.get("name") != "stack"]
-    peak = max((_peak(r) for r in mine), default=0.0)
-    steady = own.get("steady", {}).get("details") or {}
+        elif not row.ok:
+            problems.append(f"{_key(p, config)} failed: {row.reason}")
+    peak = max((row.memory.peak() or 0.0 for row in own_rows(config, rows)), default=0.0)
     entry: dict[str, Any] = {
         "id": config,
         "passes": not problems,
         "reason": "; ".join(problems) if problems else "stack and memory gates passed",
         "precision": precision,
-        "microbatch": int(_num(params.get("microbatch"))),
-        "accumulation": int(_num(params.get("accumulation"))),
-        "replicas": int(_num(params.get("replicas"), 1)),
-        "effective_batch": int(_num(params.get("effective_batch"))),
-        "max_length": int(_num(params.get("max_length"))),
+        "microbatch": int(num(params.get("microbatch"))),
+        "accumulation": int(num(params.get("accumulation"))),
+        "replicas": int(num(params.get("replicas"), 1)),
+        "effective_batch": int(num(params.get("effective_batch"))),
+        "max_length": int(num(params.get("max_length"))),
         "peak_mb": round(peak, 1),
         "memory_per_gpu_mb": round(peak * (1 + headroom), 1),
     }
-    if "step_time_s" in steady:
-        entry["step_time_s"] = _num(steady["step_time_s"])
+    if "steady" in own and number(own["steady"].details.get("step_time_s")) is not None:
+        entry["step_time_s"] = own["steady"].detail("step_time_s")
     question = variants_section.get(config) or {}
     if "changes_question" in question:
         entry["changes_question"] = bool(question["changes_question"])
@@ -164,7 +166,7 @@ def assess(
     return entry
 
 
-def largest_passed(rows: Mapping[str, Mapping[str, Any]], fit: Mapping[str, Any]) -> dict[str, Any]:
+def largest_passed(rows: Rows, fit: Mapping[str, Any]) -> dict[str, Any]:
     """The largest microbatch and max length seen passing, from rows and from the `[fit]` search.
 
     A configuration counts only when every one of its memory gates ran and passed: a first step
@@ -172,24 +174,24 @@ def largest_passed(rows: Mapping[str, Mapping[str, Any]], fit: Mapping[str, Any]
     """
     mbs, lengths = [], []
     # Only the memory gates: other phases (overfit, fit_search, lr_run) carry their own sizes.
-    configs = {str(r.get("variant", "control")) for r in rows.values() if r.get("name") in CONTROL_GATES}
+    configs = {r.variant for r in rows.values() if r.name in phase_table.control_gates()}
     for config in configs:
-        gates = [rows.get(_key(p, config)) for p in (CONTROL_GATES if config == "control" else VARIANT_GATES)]
-        if any(row is None or row.get("verdict") not in OK_VERDICTS for row in gates):
+        gates = [rows.get(_key(p, config)) for p in phase_table.gates_for(config)]
+        if any(row is None or not row.ok for row in gates):
             continue
         for row in gates:
-            params = (row or {}).get("params") or {}
-            if "microbatch" in params:
-                mbs.append(int(_num(params["microbatch"])))
-            if "max_length" in params:
-                lengths.append(int(_num(params["max_length"])))
+            assert row is not None
+            if "microbatch" in row.params:
+                mbs.append(int(row.param("microbatch")))
+            if "max_length" in row.params:
+                lengths.append(int(row.param("max_length")))
     sources = ["passing rows"] if mbs else []
     if fit.get("found"):
         sources.append("[fit] search")
         if "largest_microbatch" in fit:
-            mbs.append(int(_num(fit["largest_microbatch"])))
+            mbs.append(int(num(fit["largest_microbatch"])))
         if "max_length" in fit:
-            lengths.append(int(_num(fit["max_length"])))
+            lengths.append(int(num(fit["max_length"])))
     return {
         "max_microbatch_passed": max(mbs, default=0),
         "max_length_passed": max(lengths, default=0),
@@ -200,7 +202,7 @@ def largest_passed(rows: Mapping[str, Mapping[str, Any]], fit: Mapping[str, Any]
 def choice_sheet(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> dict[str, Any]:
     """R18: memory per GPU, largest dimensions that passed, the configuration kept and why."""
     spec = spec or spec_of(data)
-    rows = latest_rows(data)
+    rows = newest_rows(data)
     stack = stack_gate(rows)
     plan = spec.plan
     variants_section = {str(v.get("id")): v for v in data.get("variants") or [] if isinstance(v, dict)}
@@ -209,15 +211,19 @@ def choice_sheet(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> d
     order = [p for p in plan.priority if p in by_id] + [
         a["id"] for a in assessed if a["id"] not in plan.priority
     ]
-    kept = next((by_id[c] for c in order if by_id[c]["passes"]), None)
+    failed, not_run = blockers(rows)
+    skipped = set(spec.phases.skip)
+    candidate = next((by_id[c] for c in order if by_id[c]["passes"]), None)
+    # A campaign that cannot save, export, resume or reload is not a plan for days of rental.
+    kept = candidate if not failed else None
     for a in assessed:
         a["status"] = "kept" if kept is not None and a is kept else ("passes" if a["passes"] else "rejected")
     basis = memory_basis(rows)
-    shown = kept or by_id["control"]
+    shown = kept or candidate or by_id["control"]
     if kept is not None:
         first = order.index(kept["id"]) == 0
         why = "first in priority order" if first else "first in priority order that passed"
-        skipped = [f"{c}: {by_id[c]['reason']}" for c in order[: order.index(kept["id"])]]
+        before = [f"{c}: {by_id[c]['reason']}" for c in order[: order.index(kept["id"])]]
         kept_reason = (
             f"{why}; stack {stack[0]}, every memory gate passed, needs "
             f"{kept['memory_per_gpu_mb']:.0f} MiB per GPU ({basis}, +{plan.headroom:.0%} headroom)"
@@ -225,8 +231,13 @@ def choice_sheet(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> d
         if kept.get("changes_question"):
             # R12: kept because it came first in priority, but it is not the control's experiment.
             kept_reason += f"; it changes the question: {kept.get('question_note', '')}"
-        if skipped:
-            kept_reason += "; before it: " + "; ".join(skipped)
+        if before:
+            kept_reason += "; before it: " + "; ".join(before)
+    elif failed:
+        would = f" ({candidate['id']} passes its memory gates)" if candidate else ""
+        kept_reason = (
+            "no configuration kept: the campaign cannot run for days as it is — " + "; ".join(failed) + would
+        )
     else:
         kept_reason = "no configuration kept: " + "; ".join(f"{a['id']}: {a['reason']}" for a in assessed)
     env = data.get("environment") or {}
@@ -235,6 +246,9 @@ def choice_sheet(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> d
     sheet: dict[str, Any] = {
         "kept": kept["id"] if kept else "",
         "kept_reason": kept_reason,
+        "blocked_by": failed,
+        "untested": [p for p in not_run if p not in skipped],
+        "skipped_checks": [p for p in not_run if p in skipped],
         "memory_basis": basis,
         "peak_mb": shown["peak_mb"],
         "headroom": plan.headroom,
@@ -256,13 +270,13 @@ def choice_sheet(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> d
         "device": str(env.get("device", stack_details.get("device", ""))),
         "torch": str(stack_details.get("torch", env.get("torch", ""))),
         "cuda": str(stack_details.get("cuda", env.get("cuda", ""))),
-        "gpu_names": [str(g.get("name", "")) for g in gpus],
+        "gpu_names": [str(g.get("name", "")) for g in gpus if isinstance(g, dict)],
         "configurations": assessed,
     }
     if kept is None:
-        sheet["shown_for"] = "control (not kept)"
+        sheet["shown_for"] = f"{shown['id']} (not kept)"
     if gpus and kept is not None:
-        smallest = min(_num(g.get("memory_mb")) for g in gpus)
+        smallest = min(num(g.get("memory_mb")) for g in gpus if isinstance(g, dict))
         if smallest and kept["memory_per_gpu_mb"] > smallest:
             sheet["memory_note"] = (
                 f"with headroom it needs {kept['memory_per_gpu_mb']:.0f} MiB, more than this GPU's "
@@ -298,7 +312,7 @@ def full_run_updates(
             f"{plan.epochs} epoch(s) of plan.dataset_size {plan.dataset_size} / {effective_batch} per update"
         )
         return acc.updates, float(plan.epochs), basis
-    train = int(_num(((data.get("dataset") or {}).get("splits") or {}).get("train")))
+    train = int(num(_splits(data).get("train")))
     acc = account(
         microbatch=microbatch,
         accumulation=accumulation,
@@ -315,9 +329,19 @@ def full_run_updates(
     return acc.updates, float(acc.epochs), basis
 
 
+def _splits(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    dataset = data.get("dataset")
+    splits = dataset.get("splits") if isinstance(dataset, Mapping) else None
+    return splits if isinstance(splits, Mapping) else {}
+
+
+def _duration(row: PhaseRow | None, default: float = 0.0) -> float:
+    return default if row is None or row.duration_s is None else row.duration_s
+
+
 def estimate(
     entry: Mapping[str, Any],
-    rows: Mapping[str, Mapping[str, Any]],
+    rows: Rows,
     spec: CampaignSpec,
     data: Mapping[str, Any],
 ) -> dict[str, Any]:
@@ -333,7 +357,7 @@ def estimate(
     plan = spec.plan
     out: dict[str, Any] = {"id": config}
     steady = rows.get(_key("steady", config))
-    step_s = _num(((steady or {}).get("details") or {}).get("step_time_s"), -1.0)
+    step_s = steady.detail("step_time_s", -1.0) if steady is not None else -1.0
     if steady is None or step_s <= 0:
         return out | {"problem": f"no measured steady step time ({_key('steady', config)} did not run)"}
     eff = int(entry.get("effective_batch") or 0)
@@ -353,43 +377,42 @@ def estimate(
             "problem": f"the pilot's training split makes no complete update of {eff} examples "
             "(batch.drop_last): set plan.dataset_size"
         }
-    load_s = _num((rows.get("load") or {}).get("duration_s"))
-    first_s = _num((rows.get(_key("first_step", config)) or {}).get("duration_s"), step_s)
+    load_s = _duration(rows.get("load"))
+    first_s = _duration(rows.get(_key("first_step", config)), step_s)
     train_s = load_s + first_s + (updates - 1) * step_s
     notes = []
-    sd = steady.get("details") or {}
-    p50, p90 = _num(sd.get("step_time_p50_s")), _num(sd.get("step_time_p90_s"))
+    p50, p90 = steady.detail("step_time_p50_s"), steady.detail("step_time_p90_s")
     if p50 > 0 and p90 / p50 > UNEVEN_P90_OVER_P50:
         notes.append(
             f"{_key('steady', config)} step times were uneven (p50 {p50:.4g} s, p90 {p90:.4g} s): "
             "the estimate uses the mean; re-run the pilot on an idle machine"
         )
-    n_steady = int(_num(sd.get("updates")))
+    n_steady = int(steady.detail("updates"))
     if 0 < n_steady < 10:
         notes.append(f"{_key('steady', config)} timed only {n_steady} updates: raise phases.steady_updates")
     ev = rows.get(_key("eval_longest", config))
     eval_s, evaluations, val_size, eval_batches = 0.0, 0, 0, 0
     if ev is not None:
-        ev_batch = int(_num((ev.get("params") or {}).get("eval_microbatch"))) or mb
-        splits = (data.get("dataset") or {}).get("splits") or {}
+        ev_batch = int(ev.param("eval_microbatch")) or mb
+        splits = _splits(data)
         if plan.validation_size:
             val_size = plan.validation_size
         elif plan.dataset_size:
             val_size = round(plan.dataset_size * spec.split.validation / spec.split.train)
         else:
-            val_size = int(_num(splits.get("validation")))
+            val_size = int(num(splits.get("validation")))
         evaluations = plan.evaluations or max(1, math.ceil(epochs))
         eval_batches = math.ceil(val_size / max(ev_batch, 1))
         # The synchronised forward of the longest batch when recorded; the whole phase (which
         # also scans the validation lengths) in records made before it was.
-        per_batch = _num((ev.get("details") or {}).get("forward_s"), _num(ev.get("duration_s")))
+        per_batch = ev.detail("forward_s", _duration(ev))
         eval_s = evaluations * eval_batches * per_batch
     else:
         notes.append(f"{_key('eval_longest', config)} not measured: no evaluation reserve")
     save, export = rows.get("save"), rows.get("export")
     checkpoints = plan.checkpoints or max(1, math.ceil(epochs))
-    save_s = checkpoints * _num((save or {}).get("duration_s"))
-    export_s = _num((export or {}).get("duration_s"))
+    save_s = checkpoints * _duration(save)
+    export_s = _duration(export)
     for name, row in (("save", save), ("export", export)):
         if row is None:
             notes.append(f"{name} not measured: no {name} reserve")
@@ -422,7 +445,7 @@ def package_plan(
 ) -> dict[str, Any]:
     """R19: the priority configurations, estimated and fitted into the smallest 3/7/30-day package."""
     spec = spec or spec_of(data)
-    rows = latest_rows(data)
+    rows = newest_rows(data)
     plan = spec.plan
     by_id = {c["id"]: c for c in sheet["configurations"]}
     wanted = list(plan.priority) or ([sheet["kept"]] if sheet["kept"] else ["control"])
@@ -492,9 +515,14 @@ def package_plan(
             f"does not fit in {PACKAGES[-1]} days: the priority work needs {_hours(need_s):.1f} h of "
             f"{capacity / 3600:.0f} h; not fitting: {', '.join(n['id'] for n in not_fit)}"
         )
+    blocked = list(sheet.get("blocked_by") or [])
+    if blocked:
+        # The figures stay (they are measured), but nobody should rent on them as they are.
+        summary = f"BLOCKED — {'; '.join(blocked)}; fix it before renting (times for information: {summary})"
     return {
         "days": days,
-        "fits_all": bool(days) and not not_fit,
+        "blocked": bool(blocked),
+        "fits_all": bool(days) and not not_fit and not blocked,
         "summary": summary,
         "capacity_h": _hours(capacity) if candidates else 0.0,
         "need_h": _hours(need_s),
@@ -508,9 +536,13 @@ def package_plan(
 
 
 def _assumptions(
-    data: Mapping[str, Any], sheet: Mapping[str, Any], spec: CampaignSpec, rows: Mapping[str, Any]
+    data: Mapping[str, Any], sheet: Mapping[str, Any], spec: CampaignSpec, rows: Rows
 ) -> list[str]:
     out = []
+    for phase in sheet.get("untested") or []:
+        out.append(f"{phase} did not run: the plan assumes it works — run it before renting for days")
+    for phase in sheet.get("skipped_checks") or []:
+        out.append(f"{phase} is skipped by the campaign (phases.skip): the plan assumes it works")
     replicas = int(sheet.get("replicas") or 1)
     if spec.plan.gpus > replicas:
         out.append(

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import phase_table
+from .steps import lr_run_name
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 HOLDS = ("updates", "epochs")
 DEVICES = ("auto", "cpu", "cuda")
@@ -402,10 +405,9 @@ def _check(spec: CampaignSpec) -> None:
     need(o.grad_clip >= 0, "optim.grad_clip", "must be ≥ 0 (0 = no clipping)")
     need(spec.phases.steady_updates >= 1, "phases.steady_updates", "must be ≥ 1")
     need(spec.phases.eval_microbatch >= 0, "phases.eval_microbatch", "must be ≥ 0")
-    from .steps import PHASE_NAMES  # steps imports this module: resolved at call time
-
+    known = phase_table.names()
     for name in spec.phases.skip:
-        need(name in PHASE_NAMES, "phases.skip", f"unknown phase {name!r} (phases: {', '.join(PHASE_NAMES)})")
+        need(name in known, "phases.skip", f"unknown phase {name!r} (phases: {', '.join(known)})")
     for name, lim in spec.limits.items():
         need(lim.memory_mb >= 0, f"limits.{name}.memory_mb", "must be ≥ 0")
         need(lim.time_s >= 0, f"limits.{name}.time_s", "must be ≥ 0")
@@ -464,8 +466,6 @@ def _check(spec: CampaignSpec) -> None:
         need(len(set(lr.variants)) == len(lr.variants), "lr_board.variants", "an LR is listed twice")
         need(len(lr.seeds) >= 1, "lr_board.seeds", "declare at least one seed")
         need(len(set(lr.seeds)) == len(lr.seeds), "lr_board.seeds", "a seed is listed twice")
-        from .steps import lr_run_name
-
         names = [lr_run_name(x, 0) for x in (lr.control, *lr.variants)]
         need(
             len(set(names)) == len(names),

@@ -1,4 +1,4 @@
-"""The ordered steps of a campaign, derived from its spec alone (pure, no torch).
+"""The ordered steps of a campaign, derived from its spec and the phase table (pure, no torch).
 
 A step is one phase run for one variant (or one LR run). The TUI draws the steps as waiting rows
 before anything runs; the runner executes them by key.
@@ -7,21 +7,13 @@ before anything runs; the runner executes them by key.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .spec import CampaignSpec
+from . import phase_table
+from .rows import CONTROL, StepKey
 
-# Software stack first, so a campaign fails fast (R18).
-STACK_PHASES = ("stack",)
-# Data and objective checks run before any weights are loaded (R1-R4).
-DATA_PHASES = ("inspect", "split", "overfit")
-# The engine's phases, in the order a campaign meets them (R5).
-ENGINE_PHASES = ("load", "first_step", "steady", "eval_longest", "save", "export")
-# What a memory variant re-measures (R11).
-VARIANT_PHASES = ("first_step", "steady", "eval_longest")
-# Resume in a new process, then the final reload of the exported artifact (R15, R16).
-CLOSING_PHASES = ("resume", "final")
-# Every phase a campaign can name (in `phases.skip`), in campaign order.
-PHASE_NAMES = (*STACK_PHASES, *DATA_PHASES, *ENGINE_PHASES, "fit_search", "lr_run", *CLOSING_PHASES)
+if TYPE_CHECKING:
+    from .spec import CampaignSpec
 
 
 @dataclass(frozen=True)
@@ -30,15 +22,21 @@ class Step:
 
     key: str
     phase: str
-    variant: str = "control"
+    variant: str = CONTROL
+
+    @classmethod
+    def of(cls, phase: str, variant: str = CONTROL) -> Step:
+        return cls(StepKey(phase, variant).key, phase, variant)
+
+    @classmethod
+    def parse(cls, key: str) -> Step:
+        """A step from its key alone (a variant made on the fly in the TUI: `phase@variant`)."""
+        parsed = StepKey.parse(key)
+        return cls(key, parsed.phase, parsed.variant)
 
     @property
     def label(self) -> str:
-        return self.phase if self.variant == "control" else f"{self.phase} [{self.variant}]"
-
-
-def step_key(phase: str, variant: str = "control") -> str:
-    return phase if variant == "control" else f"{phase}@{variant}"
+        return StepKey(self.phase, self.variant).label
 
 
 def lr_run_name(lr: float, seed: int) -> str:
@@ -48,20 +46,30 @@ def lr_run_name(lr: float, seed: int) -> str:
     return f"lr{mantissa}e{int(exponent)}-s{seed}"
 
 
+def _group_steps(spec: CampaignSpec, group: str) -> list[Step]:
+    if group == "variants":
+        # Each memory variant in the same loop, right after the control's engine phases (R11).
+        return [Step.of(p, v.id) for v in spec.variants for p in phase_table.per_variant()]
+    names = phase_table.in_group(group)
+    if group == "search":
+        # Largest microbatch (and max length) that fits, after the declared variants (R11).
+        return [Step.of(p) for p in names] if spec.fit_search is not None else []
+    if group == "board":
+        if spec.lr_board is None:
+            return []
+        board = spec.lr_board
+        runs = [lr_run_name(lr, seed) for lr in (board.control, *board.variants) for seed in board.seeds]
+        return [Step.of(p, run) for p in names for run in runs]
+    return [Step.of(p) for p in names]
+
+
 def campaign_steps(spec: CampaignSpec) -> list[Step]:
     """Every step of the campaign in order, minus the phases the spec skips."""
-    steps = [Step(step_key(p), p) for p in (*STACK_PHASES, *DATA_PHASES, *ENGINE_PHASES)]
-    for variant in spec.variants:
-        steps += [Step(step_key(p, variant.id), p, variant.id) for p in VARIANT_PHASES]
-    if spec.fit_search is not None:
-        # Largest microbatch (and max length) that fits, after the declared variants (R11).
-        steps.append(Step(step_key("fit_search"), "fit_search"))
-    if spec.lr_board is not None:
-        board = spec.lr_board
-        for lr in (board.control, *board.variants):
-            for seed in board.seeds:
-                name = lr_run_name(lr, seed)
-                steps.append(Step(step_key("lr_run", name), "lr_run", name))
-    steps += [Step(step_key(p), p) for p in CLOSING_PHASES]
+    steps = [s for group in phase_table.GROUPS for s in _group_steps(spec, group)]
     skip = set(spec.phases.skip)
     return [s for s in steps if s.phase not in skip]
+
+
+def find_step(steps: list[Step], key: str) -> Step:
+    """The campaign's step with this key, or one parsed from the key (an ad-hoc variant)."""
+    return next((s for s in steps if s.key == key), None) or Step.parse(key)

@@ -10,9 +10,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# The phases a memory variant re-measures, in order (same tuple as steps.VARIANT_PHASES).
-MEASURED_PHASES = ("first_step", "steady", "eval_longest")
-VERDICT_ORDER = {"pass": 0, "warn": 1, "fail": 2}
+from . import phase_table
+from .rows import PhaseRow, worst_verdict
+
 # Fit-search point statuses.
 FITS, OOM, OVER_CEILING, ERROR = "fits", "oom", "over_ceiling", "error"
 
@@ -47,14 +47,6 @@ RATIO_KEYS = {
 }
 
 
-def worst_verdict(verdicts: Iterable[str]) -> str:
-    """fail > warn > pass; an empty list is a fail (nothing was measured)."""
-    found = list(verdicts)
-    if not found:
-        return "fail"
-    return max(found, key=lambda v: VERDICT_ORDER.get(v, 2))
-
-
 def ratio(value: float | None, reference: float | None) -> float | None:
     """value / reference, rounded; None when either is missing or the reference is not positive."""
     if value is None or reference is None or not math.isfinite(value) or not math.isfinite(reference):
@@ -69,35 +61,35 @@ def share(part: int, total: int) -> float:
     return round(part / total, 4) if total > 0 else 0.0
 
 
-def latest_rows(
-    rows: Sequence[Mapping[str, Any]], variant: str, phases: Sequence[str] = MEASURED_PHASES
-) -> dict[str, Mapping[str, Any]]:
-    """The most recent row of each measured phase of one variant (a rerun replaces the earlier one)."""
-    out: dict[str, Mapping[str, Any]] = {}
+def variant_phase_rows(
+    rows: Sequence[PhaseRow], variant: str, phases: Sequence[str] | None = None
+) -> dict[str, PhaseRow]:
+    """By phase name, the newest row of each measured phase of one variant (a rerun replaces the
+    earlier one). `phases` defaults to the phases every memory variant re-measures."""
+    wanted = phase_table.per_variant() if phases is None else tuple(phases)
+    out: dict[str, PhaseRow] = {}
     for row in rows:
-        if row.get("variant") == variant and row.get("name") in phases:
-            out[str(row["name"])] = row
+        if row.variant == variant and row.name in wanted:
+            out[row.name] = row
     return out
 
 
-def peaks(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+def peaks(rows: Iterable[PhaseRow]) -> dict[str, float]:
     """Max over the rows of each peak counter present (allocated and reserved kept apart, R6)."""
     out: dict[str, float] = {}
     for row in rows:
-        memory = row.get("memory") or {}
-        for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb"):
-            if key in memory:
-                out[key] = max(out.get(key, 0.0), float(memory[key]))
+        for key, value in row.memory.peaks().items():
+            out[key] = max(out.get(key, 0.0), value)
     return out
 
 
-def throughput(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+def throughput(rows: Mapping[str, PhaseRow]) -> dict[str, float]:
     """Step time and examples per second, from the steady row when it passed its measurement."""
     steady = rows.get("steady")
-    details = (steady or {}).get("details") or {}
+    details = steady.details if steady is not None else {}
     out = {}
     for key in ("step_time_s", "examples_per_s"):
-        if key in details:
+        if isinstance(details.get(key), int | float):
             out[key] = float(details[key])
     return out
 
@@ -157,7 +149,7 @@ def ratios_to_control(entry: Mapping[str, Any], control: Mapping[str, Any] | Non
 def compare_entry(
     variant: str,
     params: Mapping[str, Any],
-    rows: Mapping[str, Mapping[str, Any]],
+    rows: Mapping[str, PhaseRow],
     breakdown: Mapping[str, Any],
     question: Mapping[str, Any],
     control: Mapping[str, Any] | None,
@@ -181,19 +173,16 @@ def compare_entry(
         if key in params:
             entry[key] = params[key]
     entry["notes"] = list(params.get("notes") or [])
-    entry["verdict"] = worst_verdict(r.get("verdict", "fail") for r in rows.values())
-    missing = [p for p in MEASURED_PHASES if p not in rows]
-    reasons = [
-        f"{p}: {rows[p].get('reason', '')}"
-        for p in MEASURED_PHASES
-        if p in rows and rows[p].get("verdict") != "pass"
-    ]
+    measured = phase_table.per_variant()
+    entry["verdict"] = worst_verdict(r.verdict for r in rows.values())
+    missing = [p for p in measured if p not in rows]
+    reasons = [f"{p}: {rows[p].reason}" for p in measured if p in rows and rows[p].verdict != "pass"]
     reasons += [f"{p}: not run" for p in missing]
     if missing:
         entry["verdict"] = "fail"
-    entry["reason"] = "; ".join(reasons) if reasons else "all three phases passed"
-    for p in MEASURED_PHASES:
-        entry[f"{p}_verdict"] = rows[p].get("verdict", "fail") if p in rows else "not run"
+    entry["reason"] = "; ".join(reasons) if reasons else f"all {len(measured)} phases passed"
+    for p in measured:
+        entry[f"{p}_verdict"] = rows[p].verdict if p in rows else "not run"
     entry |= peaks(rows.values())
     entry |= throughput(rows)
     entry |= dict(breakdown)

@@ -12,6 +12,7 @@ from typing import Any
 import psutil
 import torch
 
+from ..rows import Memory
 from .nvml_view import NvmlView
 
 MIB = 1024 * 1024
@@ -104,8 +105,8 @@ class MemoryProbe:
         return rounded
 
     def peak_mb(self, counters: dict[str, float]) -> float:
-        """The figure a memory ceiling is compared with: peak reserved on CUDA, peak RSS on CPU."""
-        return counters.get("peak_reserved_mb", counters.get("peak_rss_mb", 0.0))
+        """The figure a memory ceiling is compared with (rows.Memory.peak decides which)."""
+        return Memory.from_toml(counters).peak() or 0.0
 
 
 _NVML: NvmlView | None = None

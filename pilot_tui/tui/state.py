@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..rows import Memory, PhaseRow
+
 WAITING, QUEUED, RUNNING = "waiting", "queued", "running"
 PASS, WARN, FAIL = "pass", "warn", "fail"
 MARKS = {WAITING: "·", QUEUED: "…", RUNNING: "▶", PASS: "✓", WARN: "!", FAIL: "✗"}
@@ -40,17 +42,16 @@ class GateState:
 
 def gate_from_row(row: dict[str, Any]) -> GateState:
     """The state of a finished step as the record holds it."""
-    step = str(row.get("step") or row.get("name", "?"))
-    variant = str(row.get("variant", "control"))
-    name = str(row.get("name", step.partition("@")[0]))
-    label = name if variant == "control" else f"{name} [{variant}]"
+    typed = PhaseRow.from_toml(row)
+    if typed is None:  # a row naming no phase: shown as what it is, never dropped silently
+        return GateState(key="?", label="? (unreadable row)", phase="?", status=FAIL, row=row)
     return GateState(
-        key=step,
-        label=label,
-        phase=name,
-        variant=variant,
-        status=str(row.get("verdict", FAIL)),
-        params=dict(row.get("params", {})),
+        key=typed.key,
+        label=typed.label,
+        phase=typed.name,
+        variant=typed.variant,
+        status=typed.verdict,
+        params=dict(typed.params),
         row=row,
     )
 
@@ -71,10 +72,11 @@ def fmt_short_mb(value: Any) -> str:
 
 def memory_columns(memory: dict[str, Any]) -> tuple[str, str]:
     """(peak allocated, peak reserved) on CUDA, or (peak RSS, "") on CPU; never summed (R6)."""
-    if "peak_reserved_mb" in memory or "peak_allocated_mb" in memory:
-        return fmt_short_mb(memory.get("peak_allocated_mb")), fmt_short_mb(memory.get("peak_reserved_mb"))
-    if "peak_rss_mb" in memory:
-        return fmt_short_mb(memory["peak_rss_mb"]) + " RSS", ""
+    m = Memory.from_toml(memory)
+    if m.on_cuda:
+        return fmt_short_mb(m.peak_allocated_mb), fmt_short_mb(m.peak_reserved_mb)
+    if m.peak_rss_mb is not None:
+        return fmt_short_mb(m.peak_rss_mb) + " RSS", ""
     return "—", "—"
 
 

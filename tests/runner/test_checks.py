@@ -19,9 +19,9 @@ import tomli_w
 from conftest import CAMPAIGNS, FAST, deep_merge, demo_raw
 
 from pilot_tui.events import PhaseFinished, PhaseProgress
+from pilot_tui.phase_table import in_group
 from pilot_tui.session import Session
 from pilot_tui.splits import group_split
-from pilot_tui.steps import DATA_PHASES
 from pilot_tui.tasks import demo_classify, demo_instruct
 
 ROLES = {"supervised", "ignored", "padding", "cut"}
@@ -407,7 +407,7 @@ def test_each_broken_campaign_fails_exactly_its_gate(name, tmp_path_factory):
     path = CAMPAIGNS / f"{name}.toml"
     assert path.read_text().startswith("# BROKEN ON PURPOSE"), "say what is wrong at the top"
     with pilot_for(tmp_path_factory, name, path) as pilot:
-        keys = [s.key for s in pilot.session.steps if s.phase in DATA_PHASES]
+        keys = [s.key for s in pilot.session.steps if s.phase in in_group("data")]
         rows = {key: pilot.run(key) for key in keys}
         failed = [key for key, row in rows.items() if row["verdict"] == "fail"]
         assert failed == [gate], {k: r["reason"] for k, r in rows.items()}

@@ -21,9 +21,12 @@ import pytest
 import tomli_w
 from conftest import CAMPAIGNS, FAST, REPO, deep_merge, demo_raw
 
-from pilot_tui.events import Message, PhaseFinished, PhaseProgress
+from pilot_tui.events import PhaseFinished, PhaseProgress, WireMessage
+from pilot_tui.phase_table import in_group
 from pilot_tui.session import Session
-from pilot_tui.steps import CLOSING_PHASES, DATA_PHASES, ENGINE_PHASES, STACK_PHASES
+
+STACK_PHASES, DATA_PHASES = in_group("stack"), in_group("data")
+ENGINE_PHASES, CLOSING_PHASES = in_group("engine"), in_group("closing")
 
 # The stack, data, LR and closing phases belong to other workstreams and are tested there; these
 # tests pilot the six engine phases only (a full campaign takes ~10x longer), so they skip the rest.
@@ -53,18 +56,18 @@ def read_record(session: Session) -> dict[str, Any]:
     return tomllib.loads(session.record.path.read_text(encoding="utf-8"))
 
 
-def finished_row(events: list[Message]) -> dict[str, Any]:
+def finished_row(events: list[WireMessage]) -> dict[str, Any]:
     rows = [ev.row for ev in events if isinstance(ev, PhaseFinished)]
     assert len(rows) == 1, f"expected one finished row, got {len(rows)}"
     return rows[0]
 
 
-def run_until_progress(session: Session, key: str, act) -> list[Message]:
+def run_until_progress(session: Session, key: str, act) -> list[WireMessage]:
     """Run `key` with an endless steady phase; call `act()` at its first progress event."""
     guard = threading.Timer(GUARD_S, session.cancel)
     guard.daemon = True
     guard.start()
-    events: list[Message] = []
+    events: list[WireMessage] = []
     acted = False
     try:
         for ev in session.run_step(key, ENDLESS):
@@ -79,7 +82,7 @@ def run_until_progress(session: Session, key: str, act) -> list[Message]:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory) -> Iterator[tuple[Session, dict[str, list[Message]]]]:
+def engine(tmp_path_factory) -> Iterator[tuple[Session, dict[str, list[WireMessage]]]]:
     """One Session (one runner start) shared by the tests below: the six phases run once."""
     folder = tmp_path_factory.mktemp("engine")
     session = Session(engine_campaign(folder), folder / "records")

@@ -22,7 +22,10 @@ import psutil
 import tomli_w
 from conftest import FAST, REPO, deep_merge, demo_raw
 
-from pilot_tui.steps import CLOSING_PHASES, DATA_PHASES, ENGINE_PHASES, STACK_PHASES
+from pilot_tui.phase_table import in_group
+
+STACK_PHASES, DATA_PHASES = in_group("stack"), in_group("data")
+ENGINE_PHASES, CLOSING_PHASES = in_group("engine"), in_group("closing")
 
 SEED = 20_240_611
 GROUP_KILLS = 20  # SIGKILL to the CLI's whole process group (CLI + runner)

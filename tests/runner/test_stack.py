@@ -13,10 +13,10 @@ import torch
 from conftest import FAST, deep_merge, demo_raw
 
 from pilot_tui.headless import run_headless
+from pilot_tui.phase_table import in_group
 from pilot_tui.plan import print_plan
 from pilot_tui.runner.phases.stack import check_attention, check_extension, check_precision
 from pilot_tui.session import Session
-from pilot_tui.steps import CLOSING_PHASES, DATA_PHASES
 
 MISSING = "definitely_not_a_module_xyz"
 
@@ -46,7 +46,7 @@ def campaign(folder: Path, requires: list[str], skip: tuple[str, ...] = ()) -> P
         raw,
         {
             "task": {"requires": requires},
-            "phases": {"skip": [*DATA_PHASES, "lr_run", *CLOSING_PHASES, *skip]},
+            "phases": {"skip": [*in_group("data"), "lr_run", *in_group("closing"), *skip]},
             "plan": {"priority": ["control"], "dataset_size": 50_000, "epochs": 1},
         },
     )

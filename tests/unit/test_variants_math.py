@@ -7,27 +7,31 @@ from pathlib import Path
 
 import pytest
 
+from pilot_tui import phase_table
 from pilot_tui import variants as v
+from pilot_tui.rows import PhaseRow, worst_verdict
 from pilot_tui.spec import SpecError, parse_spec
 from pilot_tui.steps import campaign_steps
 
 
-def _row(name: str, verdict: str = "pass", **memory: float) -> dict:
+def _row(name: str, verdict: str = "pass", **memory: float) -> PhaseRow:
     details = {"step_time_s": 0.5, "examples_per_s": 32.0} if name == "steady" else {}
-    return {
-        "name": name,
-        "variant": "x",
-        "verdict": verdict,
-        "reason": "r",
-        "memory": memory,
-        "details": details,
-    }
+    return PhaseRow.from_toml(
+        {
+            "name": name,
+            "variant": "x",
+            "verdict": verdict,
+            "reason": "r",
+            "memory": memory,
+            "details": details,
+        }
+    )
 
 
 def test_worst_verdict_orders_fail_over_warn_over_pass() -> None:
-    assert v.worst_verdict(["pass", "warn", "pass"]) == "warn"
-    assert v.worst_verdict(["pass", "fail", "warn"]) == "fail"
-    assert v.worst_verdict([]) == "fail"
+    assert worst_verdict(["pass", "warn", "pass"]) == "warn"
+    assert worst_verdict(["pass", "fail", "warn"]) == "fail"
+    assert worst_verdict([]) == "fail"
 
 
 def test_ratio_refuses_to_invent_a_value() -> None:
@@ -37,13 +41,13 @@ def test_ratio_refuses_to_invent_a_value() -> None:
     assert v.ratio(float("nan"), 1.0) is None
 
 
-def test_latest_rows_keeps_the_rerun() -> None:
+def test_variant_phase_rows_keep_the_rerun() -> None:
     rows = [
-        {"name": "steady", "variant": "a", "verdict": "fail"},
-        {"name": "steady", "variant": "b", "verdict": "pass"},
-        {"name": "steady", "variant": "a", "verdict": "pass"},
+        PhaseRow.from_toml({"name": "steady", "variant": "a", "verdict": "fail"}),
+        PhaseRow.from_toml({"name": "steady", "variant": "b", "verdict": "pass"}),
+        PhaseRow.from_toml({"name": "steady", "variant": "a", "verdict": "pass"}),
     ]
-    assert v.latest_rows(rows, "a")["steady"]["verdict"] == "pass"
+    assert v.variant_phase_rows(rows, "a")["steady"].verdict == "pass"
 
 
 def test_peaks_take_the_max_over_rows_and_never_add_counters() -> None:
@@ -91,7 +95,7 @@ def test_cpu_breakdown_separates_the_process_from_the_configuration() -> None:
 
 
 def _entry(control: dict | None) -> dict:
-    rows = {p: _row(p, peak_rss_mb=400 + i) for i, p in enumerate(v.MEASURED_PHASES)}
+    rows = {p: _row(p, peak_rss_mb=400 + i) for i, p in enumerate(phase_table.per_variant())}
     params = {"microbatch": 1, "accumulation": 16, "effective_batch": 16, "max_length": 28, "notes": ["n"]}
     breakdown = {"static_mb": 2.0, "saved_activations_mb": 0.5}
     question = v.question_change(

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ... import phase_table
 from ...events import PhaseFinished, PhaseStarted, RunnerError
 from ...steps import Step
 from ..context import Cancelled, RunContext
@@ -83,6 +84,9 @@ def _run_hooks(ctx: RunContext, hooks: list, *args: Any) -> None:
 
 def phase(name: str) -> Callable[[PhaseFn], PhaseFn]:
     """Register a phase body under its name."""
+
+    if phase_table.info(name) is None:
+        raise RuntimeError(f"phase body {name!r} has no entry in the phase table (pilot_tui/phase_table.py)")
 
     def register(fn: PhaseFn) -> PhaseFn:
         PHASES[name] = fn

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ...events import RecordUpdate
+from ...rows import peak_counter
 from ...spec import FitSearchSpec
 from ...variants import ERROR, FITS, OOM, OVER_CEILING, fit_result
 from ..context import Cancelled, RunContext
@@ -150,7 +151,7 @@ def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
         effective_batch=control.effective_batch,  # replicas included, as accumulation_for expects
         replicas=control.replicas,
         ceiling_mb=max(train_ceiling, eval_ceiling),
-        counter="peak_reserved_mb" if ctx.device.type == "cuda" else "peak_rss_mb",
+        counter=peak_counter(ctx.device.type),
     )
     result["train_ceiling_mb"], result["eval_ceiling_mb"] = train_ceiling, eval_ceiling
     ctx.emit(RecordUpdate(section="fit", value=result))

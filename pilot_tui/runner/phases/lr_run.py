@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ...board import parse_run_name
+from ...board import best_validation, parse_run_name
 from ...events import RecordUpdate, RunUpdate
 from ...hashing import artifact_entry
 from ...record import write_atomic
@@ -378,12 +378,9 @@ def _train(ctx: RunContext, run: PhaseRun, plan: RunPlan, row: dict[str, Any], l
         row["reason"] = f"completed {board.updates} updates"
     row["final_loss"] = losses[-1] if losses else math.nan
     row["final_validation"] = points[-1]["loss"]
-    # Best after training started: update 0 is the shared start, not something a run achieved.
-    trained = [p for p in points if p["update"] > 0 and math.isfinite(p["loss"])]
-    if trained:
-        best_point = min(trained, key=lambda p: p["loss"])
-        row["best_validation"] = best_point["loss"]
-        row["best_validation_update"] = best_point["update"]
+    best = best_validation(points)
+    if best is not None:
+        row["best_validation"], row["best_validation_update"] = best
     row["reason"] += f"; final validation {row['final_validation']:.4g}"
     return state
 

@@ -14,9 +14,11 @@ from typing import Any
 
 import torch
 
+from ... import phase_table
 from ... import variants as vmath
 from ...events import RecordUpdate
-from ...steps import VARIANT_PHASES, Step
+from ...rows import read_rows
+from ...steps import Step
 from ...tasks.contract import CAUSAL_LM
 from .. import objective
 from ..context import RunContext
@@ -31,7 +33,7 @@ CHUNK = 64  # examples per collate call when scanning the train set
 
 def last_measured_phase(ctx: RunContext) -> str | None:
     """The variant phase after which the comparison is made (eval_longest unless skipped)."""
-    kept = [p for p in VARIANT_PHASES if p not in ctx.spec.phases.skip]
+    kept = [p for p in phase_table.per_variant() if p not in ctx.spec.phases.skip]
     return kept[-1] if kept else None
 
 
@@ -41,14 +43,14 @@ def measure_alone(ctx: RunContext, step: Step) -> None:
 
     LR runs build their own fresh state too: the control's need not sit under them either.
     """
-    if step.phase in VARIANT_PHASES or step.phase in ("fit_search", "lr_run"):
+    if step.phase in phase_table.per_variant() or step.phase in ("fit_search", "lr_run"):
         park_others(ctx.states, step.variant, ctx.parked, ctx.device)
 
 
 @after_row
 def compare_variant(ctx: RunContext, step: Step, row: dict[str, Any]) -> None:
     """After a variant's last measured phase: emit its comparison entry, then free its state."""
-    if step.phase != last_measured_phase(ctx) or step.phase not in VARIANT_PHASES:
+    if step.phase != last_measured_phase(ctx) or step.phase not in phase_table.per_variant():
         return
     entry = build_entry(ctx, step.variant)
     ctx.memo.setdefault(ENTRIES, {})[step.variant] = entry
@@ -65,8 +67,9 @@ def compare_variant(ctx: RunContext, step: Step, row: dict[str, Any]) -> None:
 
 def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
     """The flat comparison entry of one variant from its rows, its tensors and its targets."""
-    rows = vmath.latest_rows(ctx.rows, variant)
-    params = next((dict(r.get("params") or {}) for r in rows.values()), None) or ctx.config(variant).params()
+    all_rows = read_rows(ctx.rows)
+    rows = vmath.variant_phase_rows(all_rows, variant)
+    params = next((dict(r.params) for r in rows.values()), None) or ctx.config(variant).params()
     params.setdefault("device", str(ctx.device))
     state = ctx.states.get(variant)
     peak = vmath.peaks(rows.values())
@@ -76,11 +79,12 @@ def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
         others = sum(
             tensors_bytes(_all_tensors(s), ctx.device) for name, s in ctx.states.items() if name != variant
         )
-        baseline_rows = vmath.latest_rows(ctx.rows, variant, ("load", *VARIANT_PHASES))
+        order = ("load", *phase_table.per_variant())
+        baseline_rows = vmath.variant_phase_rows(all_rows, variant, order)
         if variant != "control":
             baseline_rows.pop("load", None)
-        first = next((baseline_rows[p] for p in ("load", *VARIANT_PHASES) if p in baseline_rows), None)
-        baseline = (first or {}).get("memory", {}).get("baseline_rss_mb")
+        first = next((baseline_rows[p] for p in order if p in baseline_rows), None)
+        baseline = first.memory.values.get("baseline_rss_mb") if first is not None else None
         breakdown = vmath.memory_breakdown(
             device_kind=ctx.device.type,
             weights_mb=own["weights"] / MIB,
@@ -103,7 +107,7 @@ def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
         ctx, variant, int(params.get("max_length", ctx.max_length)), int(params.get("effective_batch", 0))
     )
     control = ctx.memo.get(ENTRIES, {}).get("control") if variant != "control" else None
-    if variant != "control" and control is None and vmath.latest_rows(ctx.rows, "control"):
+    if variant != "control" and control is None and vmath.variant_phase_rows(all_rows, "control"):
         # The control ran but its entry was not built (eval_longest skipped or a rerun): build it.
         control = build_control_reference(ctx)
     entry = vmath.compare_entry(variant, params, rows, breakdown, question, control)
@@ -114,7 +118,7 @@ def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
 
 
 def build_control_reference(ctx: RunContext) -> dict[str, Any]:
-    rows = vmath.latest_rows(ctx.rows, "control")
+    rows = vmath.variant_phase_rows(read_rows(ctx.rows), "control")
     ref: dict[str, Any] = vmath.peaks(rows.values()) | vmath.throughput(rows)
     state = ctx.states.get("control")
     if state is not None:

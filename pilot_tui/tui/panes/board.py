@@ -11,6 +11,8 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
+from ... import board
+from ...rows import PEAK_KEYS, Memory
 from ..state import fmt_value
 
 RUN_COLUMNS = ("run", "lr", "seed", "status", "stop", "last loss", "best val")
@@ -25,9 +27,8 @@ def last_loss(run: dict[str, Any]) -> float | None:
 def best_validation(run: dict[str, Any]) -> float | None:
     if isinstance(run.get("best_validation"), int | float):
         return run["best_validation"]
-    points = [p.get("loss") for p in run.get("validation") or [] if isinstance(p, dict)]
-    points = [p for p in points if isinstance(p, int | float)]
-    return min(points) if points else None
+    best = board.best_validation(run.get("validation") or [])  # a live run: same rule as its row
+    return best[0] if best else None
 
 
 def run_cells(run: dict[str, Any]) -> tuple[Any, ...]:
@@ -54,7 +55,7 @@ VARIANT_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("prec", ("precision",)),
     ("ckpt", ("activation_checkpointing",)),
     ("verdict", ("verdict",)),
-    ("peak", ("peak_reserved_mb", "peak_rss_mb")),
+    ("peak", PEAK_KEYS),
     ("peak ×", ("peak_reserved_ratio", "peak_rss_ratio", "peak_ratio")),
     ("step ×", ("step_time_ratio",)),
     ("question", ("changes_question",)),
@@ -62,7 +63,8 @@ VARIANT_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def _variant_cell(header: str, keys: tuple[str, ...], v: dict[str, Any]) -> Text:
-    value = next((v[k] for k in keys if k in v), None)
+    # A variant entry carries the same peak counters as a row: rows.Memory picks the figure.
+    value = Memory.from_toml(v).peak() if header == "peak" else next((v[k] for k in keys if k in v), None)
     if value is None:
         return Text("—" if header != "variant" else "?", style="dim")
     if header == "mb×acc":

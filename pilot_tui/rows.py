@@ -1,0 +1,235 @@
+"""Typed views of what the record holds: phase rows, their memory, and step keys (pure, no torch).
+
+Rows travel as plain dicts (JSON on the wire, TOML in the record) so that every record written so
+far stays readable; everything that *reads* a row goes through this module, so each figure is
+decided in one place: which counter is "the peak", how a step key splits, how a step is labelled.
+`from_toml` is tolerant: a missing or mistyped field reads as absent, never as a made-up value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+CONTROL = "control"
+PASS, WARN, FAIL = "pass", "warn", "fail"
+OK_VERDICTS = (PASS, WARN)
+VERDICT_ORDER = {PASS: 0, WARN: 1, FAIL: 2}
+
+
+def number(value: Any) -> float | None:
+    """A finite int/float from a record field, else None (bools and strings are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def num(value: Any, default: float = 0.0) -> float:
+    """`number(value)`, or `default` when the field is absent or not a finite number."""
+    found = number(value)
+    return default if found is None else found
+
+
+# ------------------------------------------------------------------------------------ step keys
+
+
+@dataclass(frozen=True)
+class StepKey:
+    """One phase for one variant (or LR run): `phase` for the control, `phase@variant` otherwise."""
+
+    phase: str
+    variant: str = CONTROL
+
+    @classmethod
+    def parse(cls, key: str) -> StepKey:
+        """`steady@bf16` -> (steady, bf16); `steady` -> (steady, control); a `#n` suffix is dropped."""
+        key = key.split("#", 1)[0]
+        phase, _, variant = key.partition("@")
+        return cls(phase, variant or CONTROL)
+
+    @property
+    def key(self) -> str:
+        return self.phase if self.variant == CONTROL else f"{self.phase}@{self.variant}"
+
+    @property
+    def label(self) -> str:
+        """How a person reads it: `steady` or `steady [bf16]`."""
+        return self.phase if self.variant == CONTROL else f"{self.phase} [{self.variant}]"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+# ------------------------------------------------------------------------------------ memory
+
+# The counters a row's memory can hold; allocated and reserved are never added (R6).
+CUDA_PEAKS = ("peak_allocated_mb", "peak_reserved_mb")
+CPU_PEAKS = ("peak_rss_mb",)
+PEAK_KEYS = (*CUDA_PEAKS, *CPU_PEAKS)
+BASIS_CUDA = "peak reserved (CUDA caching allocator)"
+BASIS_CPU = "peak RSS (whole CPU process)"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A phase's memory counters in MiB, as measured; absent counters are None."""
+
+    peak_allocated_mb: float | None = None
+    peak_reserved_mb: float | None = None
+    peak_rss_mb: float | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_toml(cls, data: Any) -> Memory:
+        data = data if isinstance(data, Mapping) else {}
+        return cls(
+            peak_allocated_mb=number(data.get("peak_allocated_mb")),
+            peak_reserved_mb=number(data.get("peak_reserved_mb")),
+            peak_rss_mb=number(data.get("peak_rss_mb")),
+            values=dict(data),
+        )
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.peak_reserved_mb is not None or self.peak_allocated_mb is not None
+
+    @property
+    def measured(self) -> bool:
+        return self.on_cuda or self.peak_rss_mb is not None
+
+    def peak(self) -> float | None:
+        """The one figure a ceiling, a plan and a table compare: peak reserved on CUDA (what the
+        caching allocator holds), peak RSS on CPU (the whole process). Never a sum."""
+        if self.peak_reserved_mb is not None:
+            return self.peak_reserved_mb
+        if self.on_cuda:
+            return self.peak_allocated_mb
+        return self.peak_rss_mb
+
+    @property
+    def basis(self) -> str:
+        """What `peak()` is, in words."""
+        return BASIS_CUDA if self.on_cuda else BASIS_CPU
+
+    @property
+    def peak_name(self) -> str:
+        """The record key `peak()` reads."""
+        if self.peak_reserved_mb is not None:
+            return "peak_reserved_mb"
+        return "peak_allocated_mb" if self.on_cuda else "peak_rss_mb"
+
+    def summary(self) -> str:
+        """One short phrase for a line of text: both CUDA peaks side by side, or the RSS peak."""
+        if self.on_cuda:
+            alloc = "—" if self.peak_allocated_mb is None else f"{self.peak_allocated_mb:.0f}"
+            res = "—" if self.peak_reserved_mb is None else f"{self.peak_reserved_mb:.0f}"
+            return f"peak alloc {alloc} MiB · peak reserved {res} MiB"
+        if self.peak_rss_mb is not None:
+            return f"peak RSS {self.peak_rss_mb:.0f} MiB"
+        return "no memory reading"
+
+    def peaks(self) -> dict[str, float]:
+        """Every peak counter present, by record key."""
+        return {k: v for k in PEAK_KEYS if (v := getattr(self, k)) is not None}
+
+
+def peak_counter(device_kind: str) -> str:
+    """The record key of the peak a ceiling compares on this kind of device."""
+    return "peak_reserved_mb" if device_kind == "cuda" else "peak_rss_mb"
+
+
+# ------------------------------------------------------------------------------------ phase rows
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    """One `[[phases]]` row: what ran, with which inputs, what it measured, and the verdict."""
+
+    name: str
+    step: StepKey
+    verdict: str
+    reason: str = ""
+    started: str = ""
+    duration_s: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    memory: Memory = field(default_factory=Memory)
+    details: Mapping[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_toml(cls, data: Any) -> PhaseRow | None:
+        """A row from a record (any schema so far); None when it names no phase at all."""
+        if not isinstance(data, Mapping):
+            return None
+        key = data.get("step")
+        name = data.get("name")
+        if not isinstance(key, str) or not key:
+            if not isinstance(name, str) or not name:
+                return None
+            variant = data.get("variant")
+            key = StepKey(name, variant if isinstance(variant, str) and variant else CONTROL).key
+        step = StepKey.parse(key)
+        variant = data.get("variant")
+        if isinstance(variant, str) and variant and variant != step.variant:
+            step = StepKey(step.phase, variant)
+        verdict = data.get("verdict")
+        params, details = data.get("params"), data.get("details")
+        return cls(
+            name=name if isinstance(name, str) and name else step.phase,
+            step=step,
+            verdict=verdict if verdict in VERDICT_ORDER else FAIL,
+            reason=str(data.get("reason") or ""),
+            started=str(data.get("started") or ""),
+            duration_s=number(data.get("duration_s")),
+            params=dict(params) if isinstance(params, Mapping) else {},
+            memory=Memory.from_toml(data.get("memory")),
+            details=dict(details) if isinstance(details, Mapping) else {},
+            raw=data,
+        )
+
+    @property
+    def key(self) -> str:
+        return self.step.key
+
+    @property
+    def variant(self) -> str:
+        return self.step.variant
+
+    @property
+    def label(self) -> str:
+        return self.step.label
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in OK_VERDICTS
+
+    def param(self, name: str, default: float = 0.0) -> float:
+        return num(self.params.get(name), default)
+
+    def detail(self, name: str, default: float = 0.0) -> float:
+        return num(self.details.get(name), default)
+
+
+def read_rows(phases: Any) -> list[PhaseRow]:
+    """Every readable row of a record's `[[phases]]`, in order (unreadable entries are skipped)."""
+    if not isinstance(phases, list):
+        return []
+    return [row for item in phases if (row := PhaseRow.from_toml(item)) is not None]
+
+
+def newest_by_key(rows: Iterable[PhaseRow]) -> dict[str, PhaseRow]:
+    """The newest row of each step key: a retry is a new row, and the newest one is the measurement."""
+    out: dict[str, PhaseRow] = {}
+    for row in rows:
+        out[row.key] = row
+    return out
+
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """fail > warn > pass; an empty list is a fail (nothing was measured)."""
+    found = list(verdicts)
+    if not found:
+        return FAIL
+    return max(found, key=lambda v: VERDICT_ORDER.get(v, 2))
