@@ -121,7 +121,7 @@ async def key_latency(campaign: Path, records: Path, presses: int) -> tuple[list
     clock = FrameClock(app)
     async with app.run_test(size=(80, 24)) as pilot:
         deadline = time.monotonic() + 120
-        while not app.driver.ready:
+        while not app.runner.ready:
             assert time.monotonic() < deadline, "runner did not start"
             await pilot.pause(0.05)
         idle = await presses_timed(app, clock, presses)

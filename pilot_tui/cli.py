@@ -92,14 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _open_tui(target: Path, records: Path | None, autorun: bool) -> int:
-    try:
-        from .tui.app import PilotApp
-    except ImportError:
-        print(
-            "pilot-tui: the dashboard is not available in this build; use `run CAMPAIGN --headless`",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_INPUT
+    from .tui.app import PilotApp
+
     app = PilotApp(target, records_dir=records, autorun=autorun)
     code = app.run()
     return int(code or 0)

@@ -34,7 +34,7 @@ def _restore(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Message:
+class WireMessage:
     """Base of every event and command; `kind` tags it on the wire."""
 
     kind: ClassVar[str] = ""
@@ -47,7 +47,7 @@ class Message:
 
 
 @dataclass(frozen=True)
-class RunnerReady(Message):
+class RunnerReady(WireMessage):
     """The task loaded and the data is usable; carries the environment and dataset facts."""
 
     kind: ClassVar[str] = "ready"
@@ -57,7 +57,7 @@ class RunnerReady(Message):
 
 
 @dataclass(frozen=True)
-class BadInput(Message):
+class BadInput(WireMessage):
     """The campaign cannot run as declared (task file, factory, empty data): exit code 2."""
 
     kind: ClassVar[str] = "bad_input"
@@ -65,7 +65,7 @@ class BadInput(Message):
 
 
 @dataclass(frozen=True)
-class PhaseStarted(Message):
+class PhaseStarted(WireMessage):
     """A phase began with these input parameters."""
 
     kind: ClassVar[str] = "phase_started"
@@ -76,7 +76,7 @@ class PhaseStarted(Message):
 
 
 @dataclass(frozen=True)
-class PhaseProgress(Message):
+class PhaseProgress(WireMessage):
     """Work done inside a long phase; `loss` is the latest finite training loss, if any."""
 
     kind: ClassVar[str] = "phase_progress"
@@ -88,7 +88,7 @@ class PhaseProgress(Message):
 
 
 @dataclass(frozen=True)
-class PhaseFinished(Message):
+class PhaseFinished(WireMessage):
     """A phase ended; `row` is exactly what the record keeps for it."""
 
     kind: ClassVar[str] = "phase_finished"
@@ -97,7 +97,7 @@ class PhaseFinished(Message):
 
 
 @dataclass(frozen=True)
-class Counters(Message):
+class Counters(WireMessage):
     """A sample of the runner's own memory counters (allocator on CUDA, process RSS on CPU)."""
 
     kind: ClassVar[str] = "counters"
@@ -107,7 +107,7 @@ class Counters(Message):
 
 
 @dataclass(frozen=True)
-class RecordUpdate(Message):
+class RecordUpdate(WireMessage):
     """Extra record content a phase produced beside its row (e.g. `variants`, `runs`, `artifacts`)."""
 
     kind: ClassVar[str] = "record_update"
@@ -116,7 +116,7 @@ class RecordUpdate(Message):
 
 
 @dataclass(frozen=True)
-class RunUpdate(Message):
+class RunUpdate(WireMessage):
     """Live point of an LR run for the board: a training loss, and a validation loss when taken."""
 
     kind: ClassVar[str] = "run_update"
@@ -128,7 +128,7 @@ class RunUpdate(Message):
 
 
 @dataclass(frozen=True)
-class RunnerError(Message):
+class RunnerError(WireMessage):
     """A command failed outside any phase (a bug or an unknown command); the runner goes on."""
 
     kind: ClassVar[str] = "runner_error"
@@ -137,7 +137,7 @@ class RunnerError(Message):
 
 
 @dataclass(frozen=True)
-class Idle(Message):
+class Idle(WireMessage):
     """The runner finished a command and waits for the next."""
 
     kind: ClassVar[str] = "idle"
@@ -147,7 +147,7 @@ class Idle(Message):
 
 
 @dataclass(frozen=True)
-class OpenCampaign(Message):
+class OpenCampaign(WireMessage):
     """Load the task of this campaign file and report RunnerReady or BadInput."""
 
     kind: ClassVar[str] = "open"
@@ -156,7 +156,7 @@ class OpenCampaign(Message):
 
 
 @dataclass(frozen=True)
-class RunStep(Message):
+class RunStep(WireMessage):
     """Run one step of the campaign's plan; `overrides` change its inputs (a new variant)."""
 
     kind: ClassVar[str] = "run"
@@ -165,20 +165,20 @@ class RunStep(Message):
 
 
 @dataclass(frozen=True)
-class Cancel(Message):
+class Cancel(WireMessage):
     """Stop the running phase at the next safe point; it ends with verdict fail, reason cancelled."""
 
     kind: ClassVar[str] = "cancel"
 
 
 @dataclass(frozen=True)
-class Shutdown(Message):
+class Shutdown(WireMessage):
     """Exit the runner process."""
 
     kind: ClassVar[str] = "shutdown"
 
 
-_TYPES: dict[str, type[Message]] = {
+_TYPES: dict[str, type[WireMessage]] = {
     cls.kind: cls
     for cls in (
         RunnerReady,
@@ -199,7 +199,7 @@ _TYPES: dict[str, type[Message]] = {
 }
 
 
-def decode(line: str) -> Message:
+def decode(line: str) -> WireMessage:
     """Parse one wire line back into its message class."""
     data = _restore(json.loads(line))
     cls = _TYPES[data.pop("kind")]

@@ -1,17 +1,15 @@
-"""The view side of a pilot: spawns the runner process, sends commands, keeps the record.
+"""The view side of a pilot: a runner link, the commands sent over it, and the record it fills.
 
-Shared by the headless CLI and the TUI. It imports no torch: the runner process owns torch and
-the GPU, so an out-of-memory, a crash or a hang there can never take a view down. The record is
-written here, atomically, after every phase, so a kill of the runner loses nothing recorded.
+Shared by the headless CLI and the TUI. It imports no torch: the runner owns torch and the GPU
+behind a `Link` (a process, or a recording in tests), so an out-of-memory, a crash or a hang
+there can never take a view down. The record is written here, atomically, after every phase,
+so a kill of the runner loses nothing recorded.
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import re
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,6 @@ from .events import (
     BadInput,
     Cancel,
     Idle,
-    Message,
     OpenCampaign,
     PhaseFinished,
     PhaseStarted,
@@ -30,15 +27,21 @@ from .events import (
     RunnerError,
     RunnerReady,
     RunStep,
-    Shutdown,
-    decode,
+    WireMessage,
 )
 from .hashing import sha256_file
+from .link import Link, LinkTimeout, ProcessLink, ReplayLink
 from .record import LIST_SECTIONS, Record, new_record_id
+from .rows import FAIL
 from .spec import LoadedSpec, load_spec
-from .steps import Step, campaign_steps
+from .steps import Step, campaign_steps, find_step
 
 CANCEL_GRACE_S = 10.0
+POLL_S = 0.5
+# A runner sends counters every half second while a step runs: this long a silence is a hang.
+SILENCE_S = float(os.environ.get("PILOT_TUI_SILENCE_S", "120"))
+# Opening a campaign imports torch and builds the task (a large model can take minutes).
+OPEN_TIMEOUT_S = float(os.environ.get("PILOT_TUI_OPEN_TIMEOUT_S", "600"))
 
 
 class BadInputError(Exception):
@@ -81,22 +84,31 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class Session:
-    """One campaign run: a runner process plus the record it fills."""
+def _one_line(text: str) -> str:
+    """The first non-empty line of a message (a traceback's first line can be blank)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
-    def __init__(self, spec_path: str | Path, records_dir: str | Path | None = None) -> None:
+
+class Session:
+    """One campaign run: a runner behind a link, plus the record it fills."""
+
+    def __init__(
+        self,
+        spec_path: str | Path,
+        records_dir: str | Path | None = None,
+        *,
+        link: Link | None = None,
+        record_id: str | None = None,
+    ) -> None:
         self.loaded: LoadedSpec = load_spec(spec_path)  # SpecError: bad input, nothing written
         self.spec = self.loaded.spec
         self.steps: list[Step] = campaign_steps(self.spec)
         self.records_dir = Path(records_dir) if records_dir else self.loaded.path.parent / "records"
-        self.record_id = new_record_id()
-        stem = f"{self.spec.campaign.name}-{self.record_id}"
-        self.work_dir = self.records_dir / stem
+        self.record_id = record_id or new_record_id()
+        self.work_dir = self.records_dir / f"{self.spec.campaign.name}-{self.record_id}"
+        self.link: Link = link if link is not None else ProcessLink()
         self.record: Record | None = None
         self.ready: RunnerReady | None = None
-        self._proc: subprocess.Popen[str] | None = None
-        self._write_lock = threading.Lock()
-        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
         self._killed_for_cancel = False
         self._cancel_timer: threading.Timer | None = None
         # The key of the step in flight: a cancel (and its kill timer) belongs to that step only.
@@ -106,69 +118,57 @@ class Session:
 
     @property
     def runner_pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        return self.link.pid
 
-    def _spawn(self) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "pilot_tui.runner.main"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            env=env,
-        )
-        threading.Thread(
-            target=self._drain_stderr, args=(self._proc,), daemon=True, name="runner-stderr"
-        ).start()
+    def _open_runner(self) -> RunnerReady:
+        """Start a runner and open the campaign in it, within OPEN_TIMEOUT_S; BadInputError when
+        it refuses, fails, dies or says nothing — never a wait without end."""
+        self.link.start()
+        self.link.send(OpenCampaign(spec_path=str(self.loaded.path), work_dir=str(self.work_dir)))
+        ready = None
+        for msg in self._until_idle(OPEN_TIMEOUT_S, "opening the campaign"):
+            if isinstance(msg, BadInput):
+                self._fail_open(msg.message)
+            if isinstance(msg, RunnerError):
+                self._fail_open(f"{self.loaded.path}: the task could not be opened: {_one_line(msg.message)}")
+            if isinstance(msg, RunnerReady):
+                ready = msg
+        if ready is None:
+            self._fail_open(f"{self.loaded.path}: the runner went idle without opening the campaign")
+        return ready
 
-    def _drain_stderr(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            self._stderr_tail.append(line.rstrip())
+    def _fail_open(self, message: str) -> None:
+        self.close()
+        raise BadInputError(message)
 
-    def _send(self, msg: Message) -> None:
-        with self._write_lock:
-            if self._proc is None or self._proc.stdin is None:
-                return
+    def _until_idle(self, deadline_s: float, doing: str) -> Iterator[WireMessage]:
+        """Every event up to the runner's next Idle, each read bounded; the whole within `deadline_s`."""
+        waited = 0.0
+        while True:
             try:
-                self._proc.stdin.write(msg.to_json() + "\n")
-                self._proc.stdin.flush()
-            except (BrokenPipeError, ValueError, OSError):
-                pass  # the runner is gone; the reader sees EOF and reports it
-
-    def _next(self) -> Message | None:
-        assert self._proc is not None and self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            return None
-        try:
-            return decode(line)
-        except Exception:
-            return RunnerError(message=f"unreadable runner output: {line[:200]!r}")
+                msg = self.link.receive(POLL_S)
+            except LinkTimeout:
+                waited += POLL_S
+                if waited >= deadline_s:
+                    self.link.kill()
+                    self._fail_open(
+                        f"{self.loaded.path}: the runner said nothing for {deadline_s:g} s while {doing}"
+                    )
+                continue
+            if msg is None:
+                tail = "; ".join(self.link.stderr_tail()[-3:]) or "no error output"
+                how = self.link.exit_status() or "it exited"
+                self._fail_open(f"{self.loaded.path}: the runner died ({how}) while {doing}: {tail}")
+            if isinstance(msg, Idle):
+                return
+            yield msg
 
     def start(self) -> RunnerReady:
         """Start the runner and open the campaign; the record file appears only on success."""
         sweep_stale_temp_files(self.records_dir)
-        self._spawn()
-        self._send(OpenCampaign(spec_path=str(self.loaded.path), work_dir=str(self.work_dir)))
-        while True:
-            msg = self._next()
-            if msg is None:
-                tail = "; ".join(list(self._stderr_tail)[-3:])
-                self.close()
-                raise BadInputError(
-                    f"{self.loaded.path}: the runner exited while opening the campaign: {tail}"
-                )
-            if isinstance(msg, BadInput):
-                self.close()
-                raise BadInputError(msg.message)
-            if isinstance(msg, RunnerReady):
-                break
-        self._wait_idle()
+        ready = self._open_runner()
         if self.record is None:
-            self.ready = msg
+            self.ready = ready
             self.record = Record.create(
                 self.records_dir,
                 record_id=self.record_id,
@@ -177,9 +177,9 @@ class Session:
                 spec_text=self.loaded.text,
                 spec_sha256=self.loaded.sha256,
                 spec_raw=self.loaded.raw,
-                environment=msg.environment,
-                accounting=msg.dataset.pop("accounting"),
-                dataset=msg.dataset,
+                environment=ready.environment,
+                accounting=ready.dataset.pop("accounting"),
+                dataset=ready.dataset,
             )
             if self.spec.task.file:
                 # The user's task code is part of what ran: keep its provenance beside the spec's.
@@ -189,98 +189,96 @@ class Session:
                     "sha256": sha256_file(task_file),
                 }
             self.record.save()
-        return msg
-
-    def _wait_idle(self) -> None:
-        while True:
-            msg = self._next()
-            if msg is None or isinstance(msg, Idle):
-                return
+        return ready
 
     def close(self, timeout: float = 5.0) -> None:
         """Ask the runner to exit, then make sure it did: no orphan process is left."""
         if self._cancel_timer:
             self._cancel_timer.cancel()
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            if proc.stdin:
-                proc.stdin.write(Shutdown().to_json() + "\n")
-                proc.stdin.close()
-        except (BrokenPipeError, ValueError, OSError):
-            pass
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream:
-                stream.close()
+        self.link.close(timeout)
 
     # ------------------------------------------------------------------ commands
 
     def step(self, key: str) -> Step:
-        for s in self.steps:
-            if s.key == key:
-                return s
-        phase, _, variant = key.partition("@")
-        return Step(key=key, phase=phase, variant=variant or "control")
+        return find_step(self.steps, key)
 
-    def run_step(self, key: str, overrides: dict[str, Any] | None = None) -> Iterator[Message]:
+    def run_step(self, key: str, overrides: dict[str, Any] | None = None) -> Iterator[WireMessage]:
         """Run one step; yield every event until the runner is idle again.
 
         The row is appended and the record saved *before* the PhaseFinished event is yielded, so
-        whatever a view shows as finished is already on disk.
+        whatever a view shows as finished is already on disk. Every step ends with a row: one the
+        runner sent, or one written here when the runner died, hung or went idle without one.
         """
         if self.record is None:
             raise RuntimeError("start() the session first")
-        if self._proc is None or self._proc.poll() is not None:
-            self._restart()
+        if not self.link.alive():
+            self._open_runner()
         if self._cancel_timer:
             self._cancel_timer.cancel()  # a late cancel of the previous step must not kill this one
         self._killed_for_cancel = False
         self._running = key
         overrides, pending_run = self._lr_run_attempt(key, dict(overrides or {}))
-        self._send(RunStep(step=key, overrides=overrides))
+        self.link.send(RunStep(step=key, overrides=overrides))
         started: PhaseStarted | None = None
-        resent = False
-        while True:
-            msg = self._next()
-            if msg is None and started is None and not resent:
-                # The runner was already dying when the step was sent (killed while idle: a
-                # multi-threaded process can take a moment to be reaped): the step never began,
-                # so it runs in a new runner instead of being recorded as a crash. Once only.
-                resent = True
-                self._restart()
-                self._send(RunStep(step=key, overrides=overrides))
-                continue
-            if msg is None:
-                self._running = None
-                died = self._runner_died(key, started)
-                if pending_run:
-                    # Yielded too, so a view drops the run's live "running" state for the row.
-                    yield self._lost_run(
-                        pending_run, str(overrides.get("retry_of", "")), str(died.row["reason"])
-                    )
-                yield died
-                return
-            if isinstance(msg, RecordUpdate) and msg.section == "runs":
-                pending_run = ""
-            if isinstance(msg, PhaseStarted):
-                started = msg
-            elif isinstance(msg, PhaseFinished):
-                self.record.append("phases", msg.row)
-                self.record.save()
-            elif isinstance(msg, RecordUpdate):
-                msg = self.apply_update(msg)
-            if isinstance(msg, Idle):
-                self._running = None
-                if self._cancel_timer:
-                    self._cancel_timer.cancel()
-                return
-            yield msg
+        finished = resent = hung = False
+        silent = 0.0
+        try:
+            while True:
+                try:
+                    msg = self.link.receive(POLL_S)
+                    silent = 0.0
+                except LinkTimeout:
+                    silent += POLL_S
+                    if silent >= SILENCE_S and not hung:
+                        # A runner that sends nothing, not even its counters, is hung: ended,
+                        # its last lines are still read, then the step gets its row below.
+                        hung = True
+                        self.link.kill()
+                    continue
+                if msg is None and started is None and not resent and not hung:
+                    # The runner was already dying when the step was sent (killed while idle: a
+                    # multi-threaded process can take a moment to be reaped): the step never
+                    # began, so it runs in a new runner instead of being recorded as a crash.
+                    resent = True
+                    self._open_runner()
+                    self.link.send(RunStep(step=key, overrides=overrides))
+                    continue
+                if msg is None:
+                    reason = self._death_reason(key, hung)
+                    if pending_run:
+                        # Yielded too, so a view drops the run's live "running" state for the row.
+                        yield self._lost_run(pending_run, str(overrides.get("retry_of", "")), reason)
+                    yield self._end_without_row(key, started, reason)
+                    return
+                if isinstance(msg, RecordUpdate) and msg.section == "runs":
+                    pending_run = ""
+                if isinstance(msg, PhaseStarted):
+                    started = msg
+                elif isinstance(msg, PhaseFinished):
+                    finished = True
+                    self.record.append("phases", msg.row)
+                    self.record.save()
+                elif isinstance(msg, RecordUpdate):
+                    msg = self.apply_update(msg)
+                if isinstance(msg, Idle):
+                    if started is not None and not finished:
+                        # e.g. a failure outside the phase's own guard: the step still gets its row.
+                        yield self._end_without_row(key, started, "the runner went idle without a row")
+                    return
+                yield msg
+        finally:
+            self._running = None
+            if self._cancel_timer:
+                self._cancel_timer.cancel()
+
+    def _death_reason(self, key: str, hung: bool) -> str:
+        phase = self.step(key).phase
+        if self._killed_for_cancel:
+            return f"cancelled; the runner did not stop within {CANCEL_GRACE_S:g} s and was killed"
+        if hung:
+            return f"the runner sent nothing for {SILENCE_S:g} s during {phase} (hung) and was killed"
+        how = self.link.exit_status() or "it exited"
+        return f"the runner process died ({how}) during {phase}; the next step starts a new one"
 
     def apply_update(self, msg: RecordUpdate) -> RecordUpdate:
         """Keep `msg` in the record and save; returns it as recorded (a run may get a new id)."""
@@ -303,41 +301,24 @@ class Session:
     def _lr_run_attempt(self, key: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """Overrides for an LR run with its attempt number, and the id it will get ("" otherwise).
 
-        Only the session sees the record, so it numbers attempts: one past the highest ever
-        recorded for this run name, with `retry_of` naming that attempt.
+        Only the session sees the record, so it numbers attempts; a value the caller gave is kept
+        (a conflicting LR or seed is refused by the runner with the reason).
         """
         step = self.step(key)
         if step.phase != "lr_run" or self.record is None:
             return overrides, ""
-        attempt, retry_of = board.next_attempt(self.record.data.get("runs", []), step.variant)
-        overrides |= {"attempt": attempt, "retry_of": retry_of}
-        try:
-            # So that the phase's announced params already show the run's own LR and seed; a
-            # conflicting value the caller gave is kept, and the runner refuses it.
-            lr, seed = board.parse_run_name(step.variant)
-            overrides.setdefault("lr", lr)
-            overrides.setdefault("seed", seed)
-        except ValueError:
-            pass  # not an LR run name: the runner refuses it with the reason
-        return overrides, f"{step.variant}-{attempt}"
+        numbered = board.attempt(self.record.data.get("runs", []), step.variant)
+        out = dict(overrides, attempt=numbered["attempt"], retry_of=numbered["retry_of"])
+        for name in ("lr", "seed"):
+            if name in numbered:
+                out.setdefault(name, numbered[name])
+        return out, f"{step.variant}-{numbered['attempt']}"
 
     def _lost_run(self, run_id: str, retry_of: str, reason: str) -> RecordUpdate:
         """The runner died inside an LR run: the run still gets its row, status failed (R14)."""
-        assert self.record is not None
-        row: dict[str, Any] = {
-            "id": run_id,
-            "retry_of": retry_of,
-            # Killed because it did not stop when asked: the user's cancel, not a crash.
-            "status": "cancelled" if self._killed_for_cancel else "failed",
-            "stop_cause": "runner_died",
-            "reason": reason,
-        }
-        try:
-            lr, seed = board.parse_run_name(board.split_run_id(run_id)[0])
-            row |= {"lr": lr, "seed": seed}
-        except ValueError:
-            pass
-        row |= {"spec_sha256": self.loaded.sha256, "losses": [], "validation": []}
+        row = board.lost_run(
+            run_id, retry_of, reason, cancelled=self._killed_for_cancel, spec_sha256=self.loaded.sha256
+        )
         return self.apply_update(RecordUpdate(section="runs", value=row))
 
     def _update_board(self) -> None:
@@ -351,66 +332,46 @@ class Session:
         )
         self.record.set_section("board", value)
 
-    def _runner_died(self, key: str, started: PhaseStarted | None) -> PhaseFinished:
-        proc = self._proc
-        code = proc.wait() if proc else None
+    def _end_without_row(self, key: str, started: PhaseStarted | None, reason: str) -> PhaseFinished:
+        """The fail row of a step the runner could not finish itself; the runner is closed so the
+        next step starts a fresh one."""
+        tail = self.link.stderr_tail()[-10:]
         self.close()
         step = self.step(key)
-        if self._killed_for_cancel:
-            reason = f"cancelled; the runner did not stop within {CANCEL_GRACE_S:g} s and was killed"
-        else:
-            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            reason = f"the runner process died ({how}) during {step.phase}; the next step starts a new one"
         row = {
             "name": step.phase,
             "step": key,
             "variant": step.variant,
-            "verdict": "fail",
+            "verdict": FAIL,
             "reason": reason,
             "duration_s": 0.0,
             "params": started.params if started else {},
             "memory": {},
-            "details": {"runner_stderr": list(self._stderr_tail)[-10:]},
+            "details": {"runner_stderr": tail},
         }
         assert self.record is not None
         self.record.append("phases", row)
         self.record.save()
         return PhaseFinished(step=key, row=row)
 
-    def _restart(self) -> None:
-        self.close()
-        self._spawn()
-        self._send(OpenCampaign(spec_path=str(self.loaded.path), work_dir=str(self.work_dir)))
-        while True:
-            msg = self._next()
-            if msg is None or isinstance(msg, BadInput):
-                raise BadInputError(getattr(msg, "message", "the runner could not restart"))
-            if isinstance(msg, RunnerReady):
-                break
-        self._wait_idle()
-
     def cancel(self) -> None:
         """Ask the running phase to stop; kill the runner if it does not within the grace period."""
-        self._send(Cancel())
-        proc, key = self._proc, self._running
-        if proc is None or key is None:
+        self.link.send(Cancel())
+        key = self._running
+        if key is None:
             return  # nothing in flight: the runner clears the flag when the next phase starts
 
         def force() -> None:
             # Only if that same step is still running: it may have ended within the grace period.
-            if proc.poll() is None and self._running == key:
+            if self._running == key and self.link.alive():
                 self._killed_for_cancel = True
-                proc.kill()
+                self.link.kill()
 
         if self._cancel_timer:
             self._cancel_timer.cancel()
         self._cancel_timer = threading.Timer(CANCEL_GRACE_S, force)
         self._cancel_timer.daemon = True
         self._cancel_timer.start()
-
-    def run_all(self) -> Iterator[Message]:
-        for step in self.steps:
-            yield from self.run_step(step.key)
 
     def finish(self) -> dict[str, Any]:
         """Compute the choice sheet and package plan from the record's rows and keep them as `[plan]`.
@@ -429,3 +390,11 @@ class Session:
         self.record.set_section("plan", plan)
         self.record.save()
         return plan
+
+
+def replay_session(
+    spec_path: str | Path, recording: str | Path, records_dir: str | Path | None = None, delay_s: float = 0.0
+) -> Session:
+    """A session over a recorded event stream: the same code as a live run, no process, no torch."""
+    link = ReplayLink(recording, delay_s)
+    return Session(spec_path, records_dir, link=link, record_id=link.record_id or None)

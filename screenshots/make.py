@@ -22,8 +22,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from pilot_tui import DEMO_CAMPAIGN  # noqa: E402
+from pilot_tui.session import replay_session  # noqa: E402
 from pilot_tui.tui.app import PilotApp  # noqa: E402
-from pilot_tui.tui.replay import ReplaySession  # noqa: E402
 
 DATA = REPO / "tests" / "tui" / "data"
 PANES = {"gates": "1", "batch": "2", "counters": "3", "board": "4", "plan": "5"}
@@ -42,7 +42,7 @@ async def shoot(app: PilotApp, out: Path) -> list[Path]:
                     raise SystemExit(f"screenshots: timed out waiting for {what}")
                 await pilot.pause(0.1)
 
-        await until(lambda: app.driver.ready, "the runner")
+        await until(lambda: app.runner.ready, "the runner")
         await pilot.press("a")
         await until(lambda: app.idle and all(g.finished for g in app.gates.values()), "every step")
         await until(lambda: "plan" in app.sections and app.nvml_snapshot is not None, "the plan")
@@ -66,7 +66,7 @@ def main() -> int:
         if args.live:
             app = PilotApp(DEMO_CAMPAIGN, records_dir=Path(tmp))
         else:
-            source = ReplaySession(DATA / "campaign.toml", DATA / "recording.jsonl", records_dir=Path(tmp))
+            source = replay_session(DATA / "campaign.toml", DATA / "recording.jsonl", records_dir=Path(tmp))
             app = PilotApp(source=source)
         for path in asyncio.run(shoot(app, args.out)):
             print(path)

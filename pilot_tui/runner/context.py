@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..accounting import account
-from ..events import Message, PhaseProgress
+from ..events import PhaseProgress, WireMessage
 from ..spec import LoadedSpec, VariantSpec
 from ..splits import field_split, group_split
 from ..tasks.contract import Task
@@ -37,7 +37,7 @@ class RunContext:
     loaded: LoadedSpec
     task: Task
     device: torch.device
-    emit: Callable[[Message], None]
+    emit: Callable[[WireMessage], None]
     work_dir: Path
     cancel: threading.Event = field(default_factory=threading.Event)
     states: dict[str, TrainState] = field(default_factory=dict)

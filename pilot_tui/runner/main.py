@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -21,14 +22,15 @@ from ..events import (
     Cancel,
     Counters,
     Idle,
-    Message,
     OpenCampaign,
     RunnerError,
     RunnerReady,
     RunStep,
     Shutdown,
+    WireMessage,
     decode,
 )
+from .lifetime import die_with_parent
 
 COUNTER_PERIOD_S = 0.5
 
@@ -40,7 +42,7 @@ class Channel:
         self.stream = stream
         self.lock = threading.Lock()
 
-    def emit(self, message: Message) -> None:
+    def emit(self, message: WireMessage) -> None:
         line = message.to_json() + "\n"
         with self.lock:
             self.stream.write(line)
@@ -54,6 +56,15 @@ def _private_stdout() -> TextIO:
     return proto
 
 
+def route(msg: WireMessage, commands: queue.Queue, cancel: threading.Event) -> None:
+    """A command from the view: a cancel is acted on at the phase's next safe point (it must not
+    wait behind the running step in the queue); everything else is queued in order."""
+    if isinstance(msg, Cancel):
+        cancel.set()
+    else:
+        commands.put(msg)
+
+
 def _read_commands(commands: queue.Queue, cancel: threading.Event) -> None:
     for line in sys.stdin:
         if not line.strip():
@@ -63,10 +74,7 @@ def _read_commands(commands: queue.Queue, cancel: threading.Event) -> None:
         except Exception as exc:  # a malformed command must not kill the reader
             commands.put(RunnerError(message=f"bad command: {exc}"))
             continue
-        if isinstance(msg, Cancel):
-            cancel.set()  # acted on at the phase's next safe point
-        else:
-            commands.put(msg)
+        route(msg, commands, cancel)
     commands.put(Shutdown())  # stdin closed: the parent is gone
 
 
@@ -98,7 +106,7 @@ def leave_a_core_for_the_view() -> int:
     return torch.get_num_threads()
 
 
-def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
+def _open(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: threading.Event):
     """Load spec and task; report BadInput for anything the user must fix."""
     from ..spec import SpecError, load_spec
     from ..tasks.loader import TaskError, load_task
@@ -109,7 +117,7 @@ def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
         loaded = load_spec(cmd.spec_path)
         task = load_task(loaded)
         device = pick_device(loaded.spec.batch.device)
-        ctx = RunContext(loaded, task, device, channel.emit, Path(cmd.work_dir), cancel)
+        ctx = RunContext(loaded, task, device, emit, Path(cmd.work_dir), cancel)
         if not ctx.splits["train"]:
             raise TaskError(f"{loaded.path}: the train split is empty ({len(task.examples)} examples)")
         if not ctx.splits["validation"]:
@@ -124,7 +132,13 @@ def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
                 f"or set batch.drop_last = false)"
             )
     except (SpecError, TaskError, ValueError) as exc:
-        channel.emit(BadInput(message=str(exc)))
+        emit(BadInput(message=str(exc)))
+        return None
+    except Exception as exc:
+        # Anything the user's task raises while it is built (examples that are ints, None, a
+        # generator…) is bad input too: one line naming the file, never a view left waiting.
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        emit(BadInput(message=f"{cmd.spec_path}: the task could not be built: {type(exc).__name__}: {first}"))
         return None
     dataset = {
         "task": task.name,
@@ -137,7 +151,7 @@ def _open(cmd: OpenCampaign, channel: Channel, cancel: threading.Event):
     _warm_lazy_imports()
     leave_a_core_for_the_view()
     env = describe(device)
-    channel.emit(RunnerReady(pid=os.getpid(), environment=env, dataset=dataset | {"accounting": accounting}))
+    emit(RunnerReady(pid=os.getpid(), environment=env, dataset=dataset | {"accounting": accounting}))
     return ctx
 
 
@@ -152,28 +166,14 @@ def _warm_lazy_imports() -> None:
         import torch._dynamo  # noqa: F401
 
 
-def _die_with_parent() -> None:
-    # Linux: if the view process is killed, the kernel kills the runner too (no orphan).
-    try:
-        import ctypes
-        import signal
+def serve(
+    commands: queue.Queue, emit: Callable[[WireMessage], None], cancel: threading.Event, holder: dict
+) -> None:
+    """The runner's command loop: open the campaign, run steps, until Shutdown.
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def main() -> int:
-    _die_with_parent()
-    channel = Channel(_private_stdout())
-    commands: queue.Queue = queue.Queue()
-    cancel = threading.Event()
-    threading.Thread(target=_read_commands, args=(commands, cancel), daemon=True, name="commands").start()
-    holder: dict = {}
-    stop = threading.Event()
-    threading.Thread(target=_counters, args=(channel, holder, stop), daemon=True, name="counters").start()
-
-    from ..steps import Step, campaign_steps
+    `holder` shares the open context and whether a step runs with the counters thread.
+    """
+    from ..steps import campaign_steps, find_step
     from .phases import execute
 
     ctx = None
@@ -183,35 +183,40 @@ def main() -> int:
             break
         try:
             if isinstance(cmd, RunnerError):
-                channel.emit(cmd)
+                emit(cmd)
             elif isinstance(cmd, OpenCampaign):
-                ctx = holder["ctx"] = _open(cmd, channel, cancel)
+                ctx = holder["ctx"] = _open(cmd, emit, cancel)
             elif isinstance(cmd, RunStep):
                 if ctx is None:
-                    channel.emit(RunnerError(message="no campaign is open"))
+                    emit(RunnerError(message="no campaign is open"))
                 else:
-                    steps = {s.key: s for s in campaign_steps(ctx.spec)}
-                    step = steps.get(cmd.step) or _adhoc_step(cmd.step, Step)
+                    step = find_step(campaign_steps(ctx.spec), cmd.step)
                     holder["busy"] = True
                     try:
                         execute(ctx, step, cmd.overrides)
                     finally:
                         holder["busy"] = False
             else:
-                channel.emit(RunnerError(message=f"unexpected command {cmd.kind!r}"))
+                emit(RunnerError(message=f"unexpected command {cmd.kind!r}"))
         except Exception as exc:
-            channel.emit(
-                RunnerError(message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
-            )
-        channel.emit(Idle())
-    stop.set()
+            emit(RunnerError(message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()))
+        emit(Idle())
+
+
+def main() -> int:
+    die_with_parent()
+    channel = Channel(_private_stdout())
+    commands: queue.Queue = queue.Queue()
+    cancel = threading.Event()
+    threading.Thread(target=_read_commands, args=(commands, cancel), daemon=True, name="commands").start()
+    holder: dict = {}
+    stop = threading.Event()
+    threading.Thread(target=_counters, args=(channel, holder, stop), daemon=True, name="counters").start()
+    try:
+        serve(commands, channel.emit, cancel, holder)
+    finally:
+        stop.set()
     return 0
-
-
-def _adhoc_step(key: str, step_cls):
-    """A step not in the plan (a new variant made from the TUI): `phase@variant`."""
-    phase, _, variant = key.partition("@")
-    return step_cls(key=key, phase=phase, variant=variant or "control")
 
 
 if __name__ == "__main__":

@@ -121,9 +121,9 @@ def worker_context(args) -> RunContext:
     from ..spec import load_spec
     from ..tasks.loader import load_task
     from .context import pick_device
-    from .main import _die_with_parent
+    from .lifetime import die_with_parent
 
-    _die_with_parent()  # never outlive the runner
+    die_with_parent()  # never outlive the runner
     if args.threads:
         # Same thread count as the runner: CPU reductions split by thread, and bitwise equality
         # of the losses needs the same split.

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import importlib.util
 import threading
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,15 +24,14 @@ from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from .. import DEMO_CAMPAIGN
+from .. import DEMO_CAMPAIGN, phase_table
 from ..record import LIST_SECTIONS, Record, RecordError
+from ..rows import Memory, StepKey
 from ..session import Session
-from ..steps import VARIANT_PHASES
 from .commands import PilotCommands
-from .driver import Driver, Source
 from .messages import (
+    CampaignStopped,
     CountersMsg,
-    DriverIdle,
     NoteWritten,
     NvmlSampled,
     PhaseFinishedMsg,
@@ -41,6 +40,7 @@ from .messages import (
     RecordExported,
     RecordUpdateMsg,
     RunnerErrorMsg,
+    RunnerIdle,
     RunUpdateMsg,
     SessionFailed,
     SessionReady,
@@ -51,6 +51,7 @@ from .panes.board import BoardPane
 from .panes.counters import CountersPane
 from .panes.gates import GatesPane
 from .panes.plan import PlanPane
+from .runner_thread import RunnerThread, Source
 from .screens import ConfirmScreen, HelpScreen, TextPrompt, VariantForm
 from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_variant_id
 
@@ -60,7 +61,6 @@ NVML_PERIOD_S = 0.5
 HISTORY = 60  # sparkline samples (~30 s at 2 Hz)
 JOIN_TIMEOUT_S = 15.0  # longer than the session's cancel grace: the runner is killed before this
 RUN_ACTIONS = ("next_step", "run_all", "variant", "cancel_phase")
-NOTE_ACTIONS = ("note", "conclude")
 
 
 def is_record(path: Path) -> bool:
@@ -71,10 +71,6 @@ def is_record(path: Path) -> bool:
         return False  # let the spec loader name the problem
     campaign = data.get("campaign")
     return isinstance(campaign, dict) and "id" in campaign and "phases" in data
-
-
-def notes_available() -> bool:
-    return importlib.util.find_spec("pilot_tui.notes") is not None
 
 
 class PilotApp(App[int]):
@@ -137,7 +133,9 @@ class PilotApp(App[int]):
                 self.source = Session(path, records_dir)  # SpecError: bad input, exit 2
         self.read_only = self.saved is not None
         self.nvml = nvml if nvml is not None else NvmlProbe()
-        self.driver: Driver | None = Driver(self.source, self.post_message) if self.source else None
+        self.runner: RunnerThread | None = (
+            RunnerThread(self.source, self.post_message) if self.source else None
+        )
         self.record_path: Path | None = self.saved.path if self.saved else None
         # UI-thread state; the panes draw from it. Gates are replaced, never mutated.
         self.gates: dict[str, GateState] = {}
@@ -194,7 +192,7 @@ class PilotApp(App[int]):
     @property
     def idle(self) -> bool:
         """True when the runner is started and has nothing running or queued."""
-        d = self.driver
+        d = self.runner
         return d is not None and d.ready and not d.busy and not d.pending()
 
     # ------------------------------------------------------------------ layout
@@ -236,25 +234,23 @@ class PilotApp(App[int]):
         self.redraw(force_all=True)
         self.query_one("#gate-table").focus()
         self.redraw_timer = self.set_interval(REDRAW_S, self.redraw)
-        if self.driver is not None:
-            self.run_worker(
-                self.driver.run,
-                name="runner",
-                group="runner",
-                exclusive=True,
-                thread=True,
-                exit_on_error=False,
-                description="drives the runner process: starts it, runs queued steps, closes it",
+        if self.runner is not None:
+            self._thread(
+                self.runner.run, "runner", "drives the runner process: starts it, runs steps, closes it"
             )
-            self.run_worker(
-                self._poll_nvml,
-                name="nvml",
-                group="nvml",
-                exclusive=True,
-                thread=True,
-                exit_on_error=False,
-                description="samples every GPU through NVML about twice a second",
-            )
+            self._thread(self._poll_nvml, "nvml", "samples every GPU through NVML about twice a second")
+
+    def _thread(self, body: Callable[[], None], name: str, description: str) -> None:
+        """A named Textual thread worker of its own group, that reports errors instead of exiting."""
+        self.run_worker(
+            body,
+            name=name,
+            group=name,
+            exclusive=True,
+            thread=True,
+            exit_on_error=False,
+            description=description,
+        )
 
     def _poll_nvml(self) -> None:
         """Worker thread: cheap NVML queries at ~2 Hz; stops for good when NVML is unavailable."""
@@ -276,11 +272,11 @@ class PilotApp(App[int]):
         if hasattr(self, "redraw_timer"):
             self.redraw_timer.stop()
         self._nvml_stop.set()
-        driver = self.driver
-        if driver is None:
+        runner = self.runner
+        if runner is None:
             return
-        driver.stop()
-        if not driver.done.wait(JOIN_TIMEOUT_S) and self.source is not None:
+        runner.stop()
+        if not runner.done.wait(JOIN_TIMEOUT_S) and self.source is not None:
             self.source.close(timeout=1.0)  # last resort: kills the runner
 
     # ------------------------------------------------------------------ redraw (≤ 10×/s)
@@ -314,7 +310,7 @@ class PilotApp(App[int]):
         elif pane == "counters":
             counters = self.counters_pane
             if self.saved is not None:
-                peaks = [_peak(g.row.get("memory", {})) for g in self.gates.values()]
+                peaks = [Memory.from_toml(g.row.get("memory")).peak() for g in self.gates.values()]
                 counters.show_saved(self.sections.get("environment", {}), [p for p in peaks if p is not None])
             else:
                 counters.show(
@@ -369,9 +365,10 @@ class PilotApp(App[int]):
             self.action_run_all()
 
     @on(SessionFailed)
+    @on(CampaignStopped)
     def handle_failed(self, msg: SessionFailed) -> None:
         self.status_text = f"runner: {msg.reason}"
-        # Exactly the steps the driver dropped (the failed one has no row: it may run again).
+        # Exactly the steps the runner thread dropped (the failed one has no row: it may run again).
         for key in msg.dropped:
             if key in self.gates and self.gates[key].status in (QUEUED, RUNNING):
                 self.started.pop(key, None)
@@ -382,7 +379,7 @@ class PilotApp(App[int]):
     def handle_phase_started(self, msg: PhaseStartedMsg) -> None:
         e = msg.event
         gate = self.gates.get(e.step) or GateState(
-            key=e.step, label=f"{e.phase} [{e.variant}]", phase=e.phase, variant=e.variant
+            key=e.step, label=StepKey(e.phase, e.variant).label, phase=e.phase, variant=e.variant
         )
         self.started[e.step] = time.monotonic()
         self._set_gate(gate.with_(status=RUNNING, params=dict(e.params), done=0, total=0, row={}))
@@ -450,12 +447,12 @@ class PilotApp(App[int]):
     def handle_runner_error(self, msg: RunnerErrorMsg) -> None:
         self.notify(msg.event.message, title="runner error", severity="error", timeout=10)
 
-    @on(DriverIdle)
-    def handle_driver_idle(self) -> None:
+    @on(RunnerIdle)
+    def handle_runner_idle(self) -> None:
         self.dirty.add("gates")
         campaign = [g for g in self.gates.values() if g.key in self.campaign_keys]
-        if campaign and all(g.finished for g in campaign) and self.driver is not None:
-            self.driver.plan()  # every step ran: the choice sheet and package from the rows
+        if campaign and all(g.finished for g in campaign) and self.runner is not None:
+            self.runner.plan()  # every step ran: the choice sheet and package from the rows
 
     @on(RecordExported)
     def handle_exported(self, msg: RecordExported) -> None:
@@ -468,17 +465,15 @@ class PilotApp(App[int]):
     # ------------------------------------------------------------------ actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if self.read_only and action in RUN_ACTIONS:
-            return False
-        return not (action in NOTE_ACTIONS and not notes_available())
+        return not (self.read_only and action in RUN_ACTIONS)
 
     def palette_allows(self, action: str) -> bool:
         name = action.split("(")[0]
         return bool(self.check_action(name, ()))
 
     def queue_steps(self, keys: list[str], overrides: dict[str, Any] | None = None) -> None:
-        assert self.driver is not None
-        for key in self.driver.submit(keys, overrides):
+        assert self.runner is not None
+        for key in self.runner.submit(keys, overrides):
             self._set_gate(self.gates[key].with_(status=QUEUED))
         self.redraw()
 
@@ -500,9 +495,9 @@ class PilotApp(App[int]):
 
     def action_cancel_phase(self) -> None:
         """Cancel the running step and drop the queued ones."""
-        assert self.driver is not None
-        running = self.driver.current
-        for key in self.driver.cancel():
+        assert self.runner is not None
+        running = self.runner.current
+        for key in self.runner.cancel():
             self._set_gate(self.gates[key].with_(status=WAITING))
         if running:
             self.notify(f"cancelling {running}…", title="cancel")
@@ -516,7 +511,7 @@ class PilotApp(App[int]):
         if gate is None:
             self.notify("select a row in Gates first", severity="warning")
             return
-        taken = {g.variant for g in self.gates.values()} | {k.partition("@")[2] for k in self.gates}
+        taken = {g.variant for g in self.gates.values()} | {StepKey.parse(k).variant for k in self.gates}
         spec = getattr(self.source, "spec", None)
         if spec is not None:
             taken |= {v.id for v in spec.variants}
@@ -533,15 +528,16 @@ class PilotApp(App[int]):
 
         # A memory variant is measured on all of its phases, so it gets a [[variants]] entry
         # compared with the control (R11); any other phase is re-run alone.
-        phases = list(VARIANT_PHASES) if gate.phase in VARIANT_PHASES else [gate.phase]
+        measured = phase_table.per_variant()
+        phases = list(measured) if gate.phase in measured else [gate.phase]
 
         def chosen(overrides: dict[str, Any] | None) -> None:
             if overrides is None:
                 return
-            keys = [f"{phase}@{variant}" for phase in phases]
-            for key, phase in zip(keys, phases, strict=True):
-                label = f"{phase} [{variant}]"
-                self.gates[key] = GateState(key=key, label=label, phase=phase, variant=variant)
+            steps = [StepKey(phase, variant) for phase in phases]
+            keys = [s.key for s in steps]
+            for s in steps:
+                self.gates[s.key] = GateState(key=s.key, label=s.label, phase=s.phase, variant=variant)
             changes = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "no change"
             self.notify(f"{', '.join(keys)}: {changes}", title="new variant")
             self.queue_steps(keys, overrides)
@@ -553,10 +549,10 @@ class PilotApp(App[int]):
         if self.saved is not None:
             self.notify(f"read-only record, nothing to write: {self.saved.path}", title="export")
             return
-        assert self.driver is not None
-        if self.driver.busy:
+        assert self.runner is not None
+        if self.runner.busy:
             self.notify("the record is written when the running step ends", title="export")
-        self.driver.export()
+        self.runner.export()
 
     def action_note(self) -> None:
         """An observation on the selected row (its step key once it ran), kept in `[[notes]]`."""
@@ -575,7 +571,7 @@ class PilotApp(App[int]):
             return
         from .. import notes
 
-        if self.driver is None:
+        if self.runner is None:
             assert self.saved is not None
             try:
                 if kind == "note":
@@ -605,9 +601,9 @@ class PilotApp(App[int]):
             # waits for this thread while the app closes.
             self.post_message(NoteWritten(kind, data, error))
 
-        if self.driver.busy:
+        if self.runner.busy:
             self.notify(f"the {kind} is written when the running step ends", title=kind)
-        self.driver.call(write)
+        self.runner.call(write)
 
     @on(NoteWritten)
     def handle_note_written(self, msg: NoteWritten) -> None:
@@ -641,7 +637,7 @@ class PilotApp(App[int]):
 
     def action_request_quit(self) -> None:
         """Quit; while a phase runs, ask first, then cancel it and close the runner cleanly."""
-        d = self.driver
+        d = self.runner
         if d is None or not (d.busy or d.pending()):
             self.exit(0)
             return
@@ -652,10 +648,3 @@ class PilotApp(App[int]):
                 self.exit(0)
 
         self.push_screen(ConfirmScreen("A phase is running. Cancel it and quit?"), answer)
-
-
-def _peak(memory: dict[str, Any]) -> float | None:
-    for key in ("peak_reserved_mb", "peak_rss_mb", "peak_allocated_mb"):
-        if isinstance(memory.get(key), int | float):
-            return float(memory[key])
-    return None

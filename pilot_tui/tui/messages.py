@@ -1,7 +1,7 @@
 """Textual messages the background workers post to the app (never widget calls from a thread).
 
 Each wraps one immutable value: a runner event from `pilot_tui.events`, an NVML snapshot, or a
-change of the driver's state. The app's `@on` handlers update reactive state on the UI thread.
+change of the runner thread's state. The app's `@on` handlers update reactive state on the UI thread.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .nvml import NvmlSnapshot
 class RunnerEvent(Message):
     """Base: one event from the runner, exactly as `Session.run_step` yielded it."""
 
-    def __init__(self, event: ev.Message) -> None:
+    def __init__(self, event: ev.WireMessage) -> None:
         super().__init__()
         self.event = event
 
@@ -50,7 +50,7 @@ class RunnerErrorMsg(RunnerEvent):
     """A command failed outside any phase (`event` is a RunnerError)."""
 
 
-WRAPPERS: dict[type[ev.Message], type[RunnerEvent]] = {
+WRAPPERS: dict[type[ev.WireMessage], type[RunnerEvent]] = {
     ev.PhaseStarted: PhaseStartedMsg,
     ev.PhaseProgress: PhaseProgressMsg,
     ev.PhaseFinished: PhaseFinishedMsg,
@@ -61,7 +61,7 @@ WRAPPERS: dict[type[ev.Message], type[RunnerEvent]] = {
 }
 
 
-def wrap(event: ev.Message) -> RunnerEvent | None:
+def wrap(event: ev.WireMessage) -> RunnerEvent | None:
     """The Textual message for a runner event, or None for events the UI does not show."""
     cls = WRAPPERS.get(type(event))
     return cls(event) if cls else None
@@ -95,8 +95,13 @@ class NoteWritten(Message):
         self.error = error
 
 
-class DriverIdle(Message):
-    """The driver has no step left to run."""
+class CampaignStopped(SessionFailed):
+    """A phase whose failure stops the campaign failed (the phase table's fail-fast rule, as in
+    headless): the queued steps were dropped."""
+
+
+class RunnerIdle(Message):
+    """The runner thread has no step left to run."""
 
 
 class RecordExported(Message):

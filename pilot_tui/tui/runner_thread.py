@@ -1,4 +1,4 @@
-"""The runner driver: the body of the dashboard's one runner worker thread.
+"""The runner thread: the body of the dashboard's one thread that talks to the runner.
 
 It owns the data source (a `Session`, or a replay of a recorded event stream) for its whole life:
 starts it, runs the steps the UI queues, posts every event as a Textual message, and closes it
@@ -18,9 +18,11 @@ from typing import Any, Protocol
 from textual.message import Message
 
 from .. import events as ev
+from .. import phase_table
 from ..record import Record
+from ..rows import PhaseRow
 from ..steps import Step
-from .messages import DriverIdle, RecordExported, SessionFailed, SessionReady, wrap
+from .messages import CampaignStopped, RecordExported, RunnerIdle, SessionFailed, SessionReady, wrap
 
 
 class Source(Protocol):
@@ -31,7 +33,7 @@ class Source(Protocol):
     record_id: str
 
     def start(self) -> ev.RunnerReady: ...
-    def run_step(self, key: str, overrides: dict[str, Any] | None = None) -> Iterator[ev.Message]: ...
+    def run_step(self, key: str, overrides: dict[str, Any] | None = None) -> Iterator[ev.WireMessage]: ...
     def cancel(self) -> None: ...
     def close(self, timeout: float = 5.0) -> None: ...
 
@@ -46,7 +48,7 @@ class Command:
     fn: Callable[[Record | None], Any] | None = None
 
 
-class Driver:
+class RunnerThread:
     """Queue of commands plus the thread body that executes them in order."""
 
     def __init__(self, source: Source, post: Callable[[Message], Any]) -> None:
@@ -167,6 +169,8 @@ class Driver:
                         msg = wrap(event)
                         if msg is not None:
                             self._post(msg)
+                        if isinstance(event, ev.PhaseFinished):
+                            self._fail_fast(event)
                 except Exception as exc:  # a runner that cannot restart; the UI keeps going
                     # The queued steps would fail the same way: drop them, and say which (this
                     # one too: it has no row, so the view shows it waiting again).
@@ -177,12 +181,20 @@ class Driver:
                 with self._cond:
                     idle = not self._queue
                 if idle:
-                    self._post(DriverIdle())
+                    self._post(RunnerIdle())
         finally:
             try:
                 self.source.close()
             finally:
                 self.done.set()
+
+    def _fail_fast(self, event: ev.PhaseFinished) -> None:
+        """A failed stack check stops "run all" exactly as it stops headless (R18: fail fast)."""
+        row = PhaseRow.from_toml(event.row)
+        if row is not None and phase_table.stops_campaign(row.name, row.verdict):
+            dropped = self.clear()
+            if dropped:
+                self._post(CampaignStopped(f"{row.name} failed: later steps not run ({row.reason})", dropped))
 
     def _plan(self) -> None:
         finish = getattr(self.source, "finish", None)

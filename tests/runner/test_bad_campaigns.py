@@ -49,7 +49,7 @@ def open_in_runner(spec: Path, work_dir: Path) -> list[dict]:
     from pilot_tui.runner.main import Channel, _open
 
     out = io.StringIO()
-    _open(OpenCampaign(spec_path=str(spec), work_dir=str(work_dir)), Channel(out), threading.Event())
+    _open(OpenCampaign(spec_path=str(spec), work_dir=str(work_dir)), Channel(out).emit, threading.Event())
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 

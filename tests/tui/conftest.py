@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pilot_tui.session import replay_session
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.nvml import NvmlProbe
-from pilot_tui.tui.replay import ReplaySession
 
 from .fake_nvml import FakeNvml, NoDriverNvml
 
@@ -25,7 +25,7 @@ def replay_app(tmp_path: Path) -> Callable[..., PilotApp]:
     """replay_app(gpus=True) -> a PilotApp fed from the recorded demo, records in tmp_path."""
 
     def make(gpus: bool = True) -> PilotApp:
-        source = ReplaySession(CAMPAIGN, RECORDING, records_dir=tmp_path / "records")
+        source = replay_session(CAMPAIGN, RECORDING, records_dir=tmp_path / "records")
         return PilotApp(source=source, nvml=NvmlProbe(FakeNvml() if gpus else NoDriverNvml()))
 
     return make

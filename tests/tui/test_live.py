@@ -40,7 +40,7 @@ async def test_demo_end_to_end_with_keys(write_campaign, tmp_path: Path) -> None
     path = write_campaign({"phases": {"skip": SKIP}})
     app = make_app(path, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the runner to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the runner to start")
         pid = app.source.runner_pid
         await pilot.press("n")
         await wait_for(pilot, lambda: app.gates["load"].finished, "load to finish")
@@ -83,7 +83,7 @@ async def test_cancel_mid_phase_then_quit_while_running(write_campaign, tmp_path
     )
     app = make_app(path, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the runner to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the runner to start")
         pid = app.source.runner_pid
         await pilot.press("a")
         await wait_for(
@@ -127,14 +127,14 @@ async def test_a_cancel_while_a_dead_runner_restarts_still_stops_the_step(
     )
     app = make_app(path, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the runner to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the runner to start")
         first = app.source.runner_pid
         os.kill(first, signal.SIGKILL)
         await wait_for(pilot, lambda: gone(first), "the runner to die")
         await pilot.press("a")
-        # Taken by the driver, which now waits for a new runner: a cancel sent before the phase
-        # starts is dropped by that runner, so the driver sends it again when the phase starts.
-        await wait_for(pilot, lambda: app.driver.current == "steady", "steady to be taken")
+        # Taken by the runner thread, which now waits for a new runner: a cancel sent before the phase
+        # starts is dropped by that runner, so the runner thread sends it again when the phase starts.
+        await wait_for(pilot, lambda: app.runner.current == "steady", "steady to be taken")
         await pilot.press("c")
         await wait_for(pilot, lambda: app.gates["steady"].finished, "steady to stop")
         row = app.gates["steady"].row

@@ -32,7 +32,7 @@ def text_of(app: PilotApp, selector: str) -> str:
 async def test_keys_run_the_campaign_and_rows_follow_the_record(replay_app, tmp_path: Path) -> None:
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the session to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the session to start")
         first = next(iter(app.gates))
         assert all(g.status == WAITING for g in app.gates.values())
         await pilot.press("n")
@@ -55,7 +55,7 @@ async def test_keys_run_the_campaign_and_rows_follow_the_record(replay_app, tmp_
 async def test_progress_is_drawn_while_a_step_runs(replay_app) -> None:
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the session to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the session to start")
         # A replayed PhaseProgress shows as a bar in the status cell (driven by the handler).
         from pilot_tui.events import PhaseProgress, PhaseStarted
         from pilot_tui.tui.messages import PhaseProgressMsg, PhaseStartedMsg
@@ -74,7 +74,7 @@ async def test_progress_is_drawn_while_a_step_runs(replay_app) -> None:
 async def test_panes_are_reachable_by_key_and_show_the_run(replay_app) -> None:
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the session to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the session to start")
         await pilot.press("a")
         await wait_for(pilot, lambda: all_done(app), "every step to finish")
         for key, pane in zip("23451", ("batch", "counters", "board", "plan", "gates"), strict=True):
@@ -107,16 +107,16 @@ async def test_without_a_driver_the_counters_pane_says_why(replay_app) -> None:
 async def test_quit_when_idle_needs_no_question(replay_app) -> None:
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the session to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the session to start")
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, "the app to exit")
-    assert app.driver.done.is_set()
+    assert app.runner.done.is_set()
 
 
 async def test_palette_lists_the_actions(replay_app) -> None:
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the session to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the session to start")
         await pilot.press("ctrl+p")
         await pilot.press(*"run all")
         await pilot.press("enter")
@@ -157,7 +157,7 @@ async def test_notes_and_conclusion_on_a_saved_record(saved_record: Path) -> Non
 async def test_a_note_in_a_live_session_goes_into_its_record(replay_app) -> None:
     app = replay_app()
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: app.driver.ready, "the session to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the session to start")
         await pilot.press("n")
         first = next(iter(app.gates))
         await wait_for(pilot, lambda: app.gates[first].finished, f"{first} to finish")

@@ -18,7 +18,7 @@ SIZES = [(80, 24), (120, 40)]
 
 def replayed_to_the_end(app: PilotApp, key: str):
     async def run_before(pilot: Pilot) -> None:
-        await wait_for(pilot, lambda: app.driver.ready, "the replay to start")
+        await wait_for(pilot, lambda: app.runner.ready, "the replay to start")
         await pilot.press("a")
         await wait_for(
             pilot,

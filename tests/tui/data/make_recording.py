@@ -22,7 +22,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
-from pilot_tui.tui.replay import RecordingSession  # noqa: E402
+from pilot_tui.link import ProcessLink, RecordingLink  # noqa: E402
+from pilot_tui.record import new_record_id  # noqa: E402
+from pilot_tui.session import Session  # noqa: E402
 
 CHANGES = {
     "task": {"options": {"n_conversations": 60, "seed": 0}},
@@ -48,7 +50,9 @@ def main() -> int:
     campaign = HERE / "campaign.toml"
     campaign.write_text(tomli_w.dumps(raw))
     with tempfile.TemporaryDirectory() as tmp, (HERE / "recording.jsonl").open("w") as stream:
-        session = RecordingSession(campaign, tmp, stream)
+        record_id = new_record_id()
+        link = RecordingLink(ProcessLink(), stream, record_id)
+        session = Session(campaign, tmp, link=link, record_id=record_id)
         session.start()
         try:
             for step in session.steps:
