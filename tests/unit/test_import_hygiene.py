@@ -73,11 +73,35 @@ def test_view_side_never_loads_torch():
         "pilot_tui.events",
         "pilot_tui.accounting",
     ]
-    if (PACKAGE / "tui" / "app.py").is_file():
-        named.append("pilot_tui.tui.app")
+    named.append("pilot_tui.tui.app")
     # Every other module outside runner/ and tasks/ is view-side or pure, and must stay so.
     names = named + [n for n in module_names(but=RUNNER_SIDE) if n not in named]
     result = probe("torch", names)
     assert result["first"] == ""
-    if "pilot_tui.tui.app" in named:
-        assert result["loaded"] == ["textual"]
+    assert result["loaded"] == ["textual"]
+
+
+def test_the_layering_contracts_hold_statically():
+    """import-linter's contracts in pyproject.toml: core modules import neither the runner nor the
+    dashboard (nor torch, nor textual); the dashboard never imports torch; the runner never
+    imports textual; no import cycles between sibling modules. `lint-imports` reads them."""
+    linter = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run(
+        [str(linter), "--no-cache"], capture_output=True, text=True, timeout=120, cwd=PACKAGE.parent
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_every_top_level_module_is_under_a_core_contract():
+    """A new core module that no contract names would be unchecked: each top-level module is
+    either a runner-side package, the dashboard, the entry point, or listed as core."""
+    import tomllib
+
+    contracts = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"
+    ]
+    core = set(contracts[0]["source_modules"])
+    outer = {"pilot_tui.runner", "pilot_tui.tasks", "pilot_tui.tui", "pilot_tui.cli", "pilot_tui"}
+    tops = {".".join(n.split(".")[:2]) for n in module_names()}
+    assert tops - core - outer == set(), "add the new module to the first contract in pyproject.toml"
