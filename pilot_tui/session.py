@@ -111,8 +111,14 @@ class Session:
         self.ready: RunnerReady | None = None
         self._killed_for_cancel = False
         self._cancel_timer: threading.Timer | None = None
-        # The key of the step in flight: a cancel (and its kill timer) belongs to that step only.
+        # The key of the step in flight, and whether its phase has started in the current runner:
+        # a cancel (and its kill timer) belongs to that step only, and the timer runs only once
+        # the phase has started — never while a runner is still being (re)started for it.
         self._running: str | None = None
+        self._phase_started = False
+        # The step a cancel was asked for: a runner drops a cancel that arrives before the phase
+        # starts (each phase clears the flag), so it is sent again when the phase starts.
+        self._cancel_asked: str | None = None
 
     # ------------------------------------------------------------------ runner lifecycle
 
@@ -211,12 +217,14 @@ class Session:
         """
         if self.record is None:
             raise RuntimeError("start() the session first")
+        if self._cancel_asked not in (None, key):
+            self._cancel_asked = None  # a late cancel of the previous step must not stop this one
+        if self._cancel_timer:
+            self._cancel_timer.cancel()
+        self._killed_for_cancel = False
+        self._running, self._phase_started = key, False
         if not self.link.alive():
             self._open_runner()
-        if self._cancel_timer:
-            self._cancel_timer.cancel()  # a late cancel of the previous step must not kill this one
-        self._killed_for_cancel = False
-        self._running = key
         overrides, pending_run = self._lr_run_attempt(key, dict(overrides or {}))
         self.link.send(RunStep(step=key, overrides=overrides))
         started: PhaseStarted | None = None
@@ -240,6 +248,7 @@ class Session:
                     # multi-threaded process can take a moment to be reaped): the step never
                     # began, so it runs in a new runner instead of being recorded as a crash.
                     resent = True
+                    self._phase_started = False
                     self._open_runner()
                     self.link.send(RunStep(step=key, overrides=overrides))
                     continue
@@ -253,7 +262,10 @@ class Session:
                 if isinstance(msg, RecordUpdate) and msg.section == "runs":
                     pending_run = ""
                 if isinstance(msg, PhaseStarted):
-                    started = msg
+                    started, self._phase_started = msg, True
+                    if self._cancel_asked == key:
+                        self.link.send(Cancel())
+                        self._arm_kill_timer(key)
                 elif isinstance(msg, PhaseFinished):
                     finished = True
                     self.record.append("phases", msg.row)
@@ -267,7 +279,7 @@ class Session:
                     return
                 yield msg
         finally:
-            self._running = None
+            self._running, self._phase_started, self._cancel_asked = None, False, None
             if self._cancel_timer:
                 self._cancel_timer.cancel()
 
@@ -354,16 +366,25 @@ class Session:
         self.record.save()
         return PhaseFinished(step=key, row=row)
 
-    def cancel(self) -> None:
-        """Ask the running phase to stop; kill the runner if it does not within the grace period."""
-        self.link.send(Cancel())
-        key = self._running
-        if key is None:
-            return  # nothing in flight: the runner clears the flag when the next phase starts
+    def cancel(self, key: str | None = None) -> None:
+        """Ask the step `key` (default: the one running) to stop at its next safe point; kill the
+        runner if its phase does not stop within the grace period.
 
+        A cancel that comes before the phase started (the runner is still being started for it)
+        is remembered and sent again when it starts: that runner would drop it.
+        """
+        key = key or self._running
+        if key is None:
+            return  # nothing in flight
+        self._cancel_asked = key
+        self.link.send(Cancel())
+        if self._running == key and self._phase_started:
+            self._arm_kill_timer(key)
+
+    def _arm_kill_timer(self, key: str) -> None:
         def force() -> None:
-            # Only if that same step is still running: it may have ended within the grace period.
-            if self._running == key and self.link.alive():
+            # Only if that same step's phase is still running: it may have ended in the grace period.
+            if self._running == key and self._phase_started and self.link.alive():
                 self._killed_for_cancel = True
                 self.link.kill()
 

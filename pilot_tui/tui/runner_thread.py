@@ -34,7 +34,7 @@ class Source(Protocol):
 
     def start(self) -> ev.RunnerReady: ...
     def run_step(self, key: str, overrides: dict[str, Any] | None = None) -> Iterator[ev.WireMessage]: ...
-    def cancel(self) -> None: ...
+    def cancel(self, key: str | None = None) -> None: ...
     def close(self, timeout: float = 5.0) -> None: ...
 
 
@@ -58,9 +58,6 @@ class RunnerThread:
         self._cond = threading.Condition()
         self._stop = False
         self.current: str | None = None
-        # The step a cancel was asked for: re-sent when it starts, since the runner drops a
-        # cancel that arrives before the phase does (e.g. while a crashed runner restarts).
-        self._cancel_key: str | None = None
         self.ready = False
         self.done = threading.Event()
 
@@ -113,8 +110,7 @@ class RunnerThread:
         dropped = self.clear()
         key = self.current
         if key is not None:
-            self._cancel_key = key
-            self.source.cancel()
+            self.source.cancel(key)  # the session re-sends it when the phase starts, if need be
         return dropped
 
     def stop(self) -> None:
@@ -123,8 +119,8 @@ class RunnerThread:
             self._stop = True
             self._queue.clear()
             self._cond.notify()
-        if self.busy:
-            self.source.cancel()
+        if self.current is not None:
+            self.source.cancel(self.current)
 
     # ------------------------------------------------------------------ worker-thread side
 
@@ -164,8 +160,6 @@ class RunnerThread:
                 self.current = cmd.key
                 try:
                     for event in self.source.run_step(cmd.key, cmd.overrides):
-                        if isinstance(event, ev.PhaseStarted) and self._cancel_key == cmd.key:
-                            self.source.cancel()
                         msg = wrap(event)
                         if msg is not None:
                             self._post(msg)
@@ -177,7 +171,6 @@ class RunnerThread:
                     self._post(SessionFailed(f"{cmd.key}: {exc}", dropped=[cmd.key, *self.clear()]))
                 finally:
                     self.current = None
-                    self._cancel_key = None
                 with self._cond:
                     idle = not self._queue
                 if idle:
