@@ -173,7 +173,7 @@ def test_oom_in_eval_longest_is_a_result_and_the_next_variant_runs(bounded_campa
     assert failed["verdict"] == "fail"
     assert "out of memory in eval_longest" in failed["reason"]
     assert failed["details"]["input"] == {"microbatch": 2, "max_length": 32, "shape": [2, 32]}
-    assert "num_ooms" in failed["details"]
+    assert "runner_num_ooms" in failed["details"]  # lifetime; the per-phase count is memory.num_ooms
     # The runner survived: the next variant runs and passes all three phases.
     assert [rows[f"{p}@ckpt"]["verdict"] for p in ("first_step", "steady", "eval_longest")] == ["pass"] * 3
     entries = {e["id"]: e for e in record["variants"]}
