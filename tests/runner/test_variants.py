@@ -147,6 +147,8 @@ def bounded_campaign(write_campaign, tmp_path: Path):
             "split": {"field": "split", "train": 0.8, "validation": 0.1, "test": 0.1},
             "batch": {"microbatch": 2, "accumulation": 2, "max_length": 16, "updates": 10},
             "phases": {"skip": SKIP, "steady_updates": 2},
+            # A rate at which 3 updates (a warm-up and 2 timed) of this tiny model lower the loss.
+            "optim": {"lr": 1e-2, "warmup_updates": 0},
             "limits": {"default": {"time_s": 0}},
             "variants": [
                 {"id": "long", "max_length": 32},  # eval on 2 x 32 tokens: over the budget

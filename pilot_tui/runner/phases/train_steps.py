@@ -89,7 +89,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         notes.append("ran one untimed first update before timing (first_step had not run)")
     # One untimed warm-up update: the first after a phase boundary pays for the allocator's
     # cache emptied there (and lazy kernel loading on CUDA); the timed ones are the steady ones.
-    _update(ctx, run, state)
+    warmup = _update(ctx, run, state)
     n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
     losses, examples, tokens, times = [], 0, 0, []
     skips: list[bool] = []
@@ -143,8 +143,11 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     bad = next((i for i, v in enumerate(values) if not finite(v)), None)
     if bad is not None:
         raise PhaseFailure(f"non-finite loss at steady update {bad + 1} of {n}", details)
-    if values[-1] >= values[0]:
+    # The trend is judged over every update this phase took, the warm-up one included.
+    start = float(warmup.loss)
+    details["loss_warmup"] = start
+    if values[-1] >= start:
         return Outcome(
-            WARN, f"loss did not fall over {n} updates ({values[0]:.4g} -> {values[-1]:.4g})", details
+            WARN, f"loss did not fall over {n + 1} updates ({start:.4g} -> {values[-1]:.4g})", details
         )
     return Outcome(details=details)
