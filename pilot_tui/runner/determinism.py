@@ -38,7 +38,7 @@ def nondeterministic_op(message: str) -> str | None:
     if found:
         return found.group("op")
     lowered = first.lower()
-    if "non-deterministic" in lowered or "nondeterministic" in lowered:
+    if any(m in lowered for m in ("non-deterministic", "nondeterministic", "not deterministic")):
         if "memory efficient attention" in lowered or "memory-efficient attention" in lowered:
             return "memory-efficient attention backward"
         return first[:120]

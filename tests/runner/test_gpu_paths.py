@@ -76,6 +76,21 @@ def test_a_sticky_cuda_error_fails_its_row_ends_the_runner_and_exits_1(tmp_path)
     assert rows["eval_longest"]["verdict"] == "pass", rows["eval_longest"]["reason"]
 
 
+def test_a_step_that_ends_without_a_row_is_a_failed_gate(tmp_path):
+    # A real row-less step: the runner cannot build the step's configuration (a microbatch that
+    # is not a number), reports a runner error and goes idle without a row.
+    spec = campaign(tmp_path, {}, keep=("load",))
+    session = Session(spec, tmp_path / "records")
+    run_step = session.run_step
+    session.run_step = lambda key, overrides=None: run_step(key, {"microbatch": "not a number"})
+    out, err = io.StringIO(), io.StringIO()
+    code = run_headless(session, out=out, err=err)
+    assert code == 1, out.getvalue()
+    assert "load" in out.getvalue() and "ended without a row" in out.getvalue()
+    assert "runner error" in err.getvalue()
+    assert "FAIL: 1 failed gate(s)" in out.getvalue()
+
+
 def test_a_fit_search_parks_the_control_and_every_other_state(tmp_path):
     spec = campaign(
         tmp_path,
