@@ -261,6 +261,11 @@ def demo_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> 
         tomllib.loads(DEMO.read_text()),
         {
             "campaign": {"name": "gpu-demo"},
+            # Wider than the demo: weights, gradients and moments in the allocator's large
+            # blocks, so a peak that inherits a reserve shows (the tiny demo fits in 2 MiB ones).
+            "task": {
+                "options": {"n_conversations": 240, "seed": 0, "d_model": 256, "n_layers": 4, "n_heads": 8}
+            },
             "batch": {"device": DEVICE},
             "phases": {"steady_updates": 20},
             "fit_search": {"microbatches": [2, 4, 8]},
