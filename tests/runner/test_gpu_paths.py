@@ -166,3 +166,28 @@ def test_determinism_warnings_name_the_kernel():
     )
     assert nondeterministic_op(msg) == "index_add_cuda_"
     assert nondeterministic_op("some other warning") is None
+
+
+def test_resume_tolerance_is_relative_per_tensor_and_names_its_reason():
+    from pilot_tui.runner.phases.resume import comparison_tolerance
+    from pilot_tui.runner.resume_check import compare
+
+    def tensors(moment: float, weight: float) -> dict[str, torch.Tensor]:
+        return {
+            "model/w": torch.full((4,), weight, dtype=torch.float32),
+            "optim/0/exp_avg_sq": torch.full((4,), moment, dtype=torch.float32),
+            "draw/torch": torch.zeros(4),
+        }
+
+    steps = [{"step": 1, "lr": 1e-3, "batch": [1, 2], "loss": 2.0, "epoch": 0}]
+    ref = tensors(1e-10, 0.5)
+    # A moment off by 1e-4 of itself passes at 1e-3 relative, though |Δ| (1e-14) is nothing.
+    assert compare(steps, steps, ref, tensors(1.0001e-10, 0.5), 0.1, 0.1, 1e-3).ok
+    # Off by 1 % of itself it fails, and says which tensor and by how much, relatively.
+    off = compare(steps, steps, ref, tensors(1.01e-10, 0.5), 0.1, 0.1, 1e-3)
+    assert not off.ok and "exp_avg_sq" in off.reason() and "relative" in off.reason()
+    assert not compare(steps, steps, ref, tensors(1.0001e-10, 0.5), 0.1, 0.1, 0.0).ok  # bitwise
+    assert comparison_tolerance(True, 1e-3, ["index_add_cuda_"]) == (0.0, "bitwise")  # CPU
+    tol, why = comparison_tolerance(False, 0.0, ["index_add_cuda_"])
+    assert tol == 1e-3 and "index_add_cuda_" in why
+    assert comparison_tolerance(False, 0.0, [])[0] == 0.0
