@@ -152,8 +152,9 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         outcome = _failed_outcome(ctx, run, failure)
         if is_sticky(failure):
             poison = first_line(failure)
+        if not isinstance(failure, PhaseFailure | Cancelled):
+            _drop_partial_grads(ctx, step)  # it broke mid-update: its gradients are partial
         failure = None
-        _drop_partial_grads(ctx, step)
         gc.collect()
     memory: dict[str, Any] = {}
     seconds = time.perf_counter() - t0
