@@ -85,6 +85,9 @@ def _run_hooks(ctx: RunContext, hooks: list, *args: Any) -> None:
             hook(ctx, *args)
         except Exception as exc:
             ctx.emit(RunnerError(message=f"{hook.__name__}: {type(exc).__name__}: {exc}"))
+            if is_sticky(exc):
+                # No later step can run in this process: the runner ends after this step.
+                ctx.memo[POISONED_KEY] = f"{POISONED}: {first_line(exc)} in {hook.__name__}"
 
 
 def phase(name: str) -> Callable[[PhaseFn], PhaseFn]:
@@ -135,11 +138,17 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     started = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
     _run_hooks(ctx, BEFORE_STEP, step)
     probe = MemoryProbe(ctx.device)
-    probe.start()
+    poison: str | None = ctx.memo.get(POISONED_KEY)
+    try:
+        probe.start()
+    except BaseException as exc:  # the context broke before this step began (a hook, say)
+        poison = poison or f"{first_line(exc)} (before the step began)"
     t0 = time.perf_counter()
     failure: BaseException | None = None
     outcome = Outcome()
     try:
+        if poison is not None:
+            raise PhaseFailure("not run: the CUDA context was already poisoned")
         if body is None:
             raise PhaseFailure(f"no phase named {step.phase!r} in this runner")
         outcome = body(ctx, run)
@@ -147,7 +156,6 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         failure = exc
     # Outside the except block: the traceback no longer pins the failed tensors, so the memory
     # can really be returned before the next attempt (R10).
-    poison: str | None = None
     if failure is not None:
         outcome = _failed_outcome(ctx, run, failure)
         if is_sticky(failure):
@@ -198,6 +206,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
 def _poisoned_outcome(ctx: RunContext, run: PhaseRun, outcome: Outcome, error: str) -> Outcome:
     """The row of a step whose CUDA context can no longer be used (runner/cuda_fault.py)."""
     shape = f" on input {run.current_input}" if run.current_input else ""
+    error = error.removeprefix(f"{POISONED}: ")
     reason = (
         f"{POISONED}: {error} in {run.step.phase}{shape}; this runner ends and the next step "
         "starts in a new one"
