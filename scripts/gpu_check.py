@@ -202,8 +202,7 @@ def nvml_child(out: Path) -> int:
     import torch
 
     from pilot_tui.runner.environment import gpus
-    from pilot_tui.tui.nvml import NvmlProbe
-    from pilot_tui.tui.panes.counters import campaign_gpus, match_runner
+    from pilot_tui.tui.nvml import NvmlProbe, campaign_gpus, match_runner
 
     hold = torch.empty(1024 * MIB, dtype=torch.uint8, device="cuda:0")
     torch.cuda.synchronize()

@@ -72,7 +72,8 @@ def test_process_lists_are_polled_rarely_and_gpus_carry_their_uuid() -> None:
 
 
 def test_the_campaign_gpu_is_found_by_uuid_and_the_runner_by_memory() -> None:
-    from pilot_tui.tui.panes.counters import campaign_gpus, gpu_table, match_runner, process_table
+    from pilot_tui.tui.nvml import campaign_gpus, match_runner
+    from pilot_tui.tui.panes.counters import gpu_table, process_table
 
     from .fake_nvml import UuidNvml
 

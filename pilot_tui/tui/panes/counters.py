@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
-from ..nvml import GpuProcess, GpuSample, NvmlSnapshot
+from ..nvml import GpuSample, NvmlSnapshot, campaign_gpus, match_runner
 from ..state import bar, fmt_mb, fmt_value
 
 # The runner's counters, in the order shown; allocated and reserved side by side, never summed.
@@ -28,45 +28,7 @@ CUDA_KEYS = (
     ("peak_reserved_mb", "peak reserved"),
 )
 CPU_KEYS = (("rss_mb", "process RSS"), ("peak_rss_mb", "peak RSS"))
-# What NVML sees of a process beyond the allocator's reserve: the CUDA context and libraries
-# (~0.3-0.6 GiB); a process further above the runner's reserve than this is not the runner.
-CONTEXT_SLACK_MB = 2048.0
 CAMPAIGN_MARK = "▶"
-
-
-def campaign_gpus(environment: dict[str, Any]) -> dict[str, str]:
-    """UUID -> CUDA name (`cuda:0`) of the GPUs the campaign runs on, from the runner's environment."""
-    device = str(environment.get("device", ""))
-    if not device.startswith("cuda"):
-        return {}
-    index = int(device.partition(":")[2] or 0)
-    for d in environment.get("devices") or []:
-        if isinstance(d, dict) and int(d.get("index", -1)) == index and d.get("uuid"):
-            return {str(d["uuid"]): f"cuda:{index}"}
-    return {}
-
-
-def match_runner(
-    processes: Sequence[GpuProcess], reserved_mb: float | None, pid: int | None = None
-) -> int | None:
-    """The pid (as NVML reports it) of the runner among a GPU's processes, or None.
-
-    By pid when NVML's pid is the runner's own; inside a container NVML gives host pids, so
-    else by memory: the process whose NVML figure is at or just above the runner's reserve
-    (the gap is its CUDA context). Called only for the campaign's GPU (matched by UUID).
-    """
-    if pid is not None and any(p.pid == pid for p in processes):
-        return pid
-    if reserved_mb is None:
-        return None
-    fits = [
-        p
-        for p in processes
-        if p.used_mb is not None and reserved_mb <= p.used_mb <= reserved_mb + CONTEXT_SLACK_MB
-    ]
-    if not fits:
-        return None
-    return min(fits, key=lambda p: (p.used_mb or 0.0) - reserved_mb).pid
 
 
 def _na(value: Any, fmt: str) -> str:
