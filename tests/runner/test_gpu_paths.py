@@ -21,10 +21,10 @@ import torch
 from conftest import FAST, REPO, deep_merge, demo_raw
 
 from pilot_tui.headless import run_headless
+from pilot_tui.phase_table import names as phase_names
 from pilot_tui.runner.determinism import nondeterministic_op
 from pilot_tui.runner.oom import is_oom
 from pilot_tui.session import Session
-from pilot_tui.steps import CLOSING_PHASES, DATA_PHASES, STACK_PHASES
 
 STICKY_TASK = REPO / "tests" / "data" / "gpu" / "sticky_task.py"
 
@@ -32,8 +32,7 @@ STICKY_TASK = REPO / "tests" / "data" / "gpu" / "sticky_task.py"
 def campaign(folder: Path, changes: dict[str, Any], keep: tuple[str, ...]) -> Path:
     """The fast demo running only the phases in `keep` (plus whatever `changes` add)."""
     raw = deep_merge(demo_raw(), FAST)
-    every = [*STACK_PHASES, *DATA_PHASES, "load", "first_step", "steady", "eval_longest", "save", "export"]
-    skip = [p for p in (*every, "lr_run", "fit_search", *CLOSING_PHASES) if p not in keep]
+    skip = [p for p in phase_names() if p not in keep]
     raw = deep_merge(raw, {"phases": {"skip": skip}})
     raw = deep_merge(raw, changes)
     for section in ("variants", "lr_board"):
