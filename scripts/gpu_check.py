@@ -149,6 +149,7 @@ def run_campaign(
         "run",
         str(spec),
         "--headless",
+        "--keep-going",  # a failed stack check must not hide the CUDA checks after it
         "--records",
         str(work / "records"),
     ]
