@@ -52,7 +52,7 @@ def test_a_sticky_cuda_error_fails_its_row_ends_the_runner_and_exits_1(tmp_path)
     marker = tmp_path / "poisoned-by-pid"
     options = {**FAST["task"]["options"], "marker": str(marker)}
     raw_task = {"task": {"file": str(STICKY_TASK), "function": "make_task", "options": options}}
-    spec = campaign(tmp_path, raw_task, keep=("load", "first_step", "steady", "eval_longest"))
+    spec = campaign(tmp_path, raw_task, keep=("load", "first_step", "steady"))
     # The campaign names a task file: drop the built-in it inherits from the demo.
     raw = tomllib.loads(spec.read_text())
     raw["task"].pop("builtin")
@@ -68,43 +68,37 @@ def test_a_sticky_cuda_error_fails_its_row_ends_the_runner_and_exits_1(tmp_path)
     assert first["reason"].startswith("CUDA context poisoned: RuntimeError: CUDA error: device-side assert")
     assert first["details"]["poisoned"] is True
     assert "device-side assert" in first["details"]["body_error"]  # the body's own failure is kept
-    # The poisoned runner's synchronize raises for good: the steps after it ran, and passed, only
-    # because they ran in a new runner process (the marker holds the first runner's pid).
+    # The poisoned runner's synchronize raises for good: the step after it ran, and passed, only
+    # because it ran in a new runner process (the marker holds the first runner's pid).
     assert marker.read_text().isdigit()
     assert rows["steady"]["verdict"] in ("pass", "warn"), rows["steady"]["reason"]
-    assert rows["eval_longest"]["verdict"] == "pass", rows["eval_longest"]["reason"]
 
 
-def test_a_step_that_ends_without_a_row_is_a_failed_gate(tmp_path):
-    # A real row-less step: the runner cannot build the step's configuration (a microbatch that
-    # is not a number), reports a runner error and goes idle without a row.
-    spec = campaign(tmp_path, {}, keep=("load",))
-    session = Session(spec, tmp_path / "records")
-    run_step = session.run_step
-    session.run_step = lambda key, overrides=None: run_step(key, {"microbatch": "not a number"})
-    out, err = io.StringIO(), io.StringIO()
-    code = run_headless(session, out=out, err=err)
-    assert code == 1, out.getvalue()
-    assert "load" in out.getvalue() and "ended without a row" in out.getvalue()
-    assert "runner error" in err.getvalue()
-    assert "FAIL: 1 failed gate(s)" in out.getvalue()
-
-
-def test_a_fit_search_parks_the_control_and_every_other_state(tmp_path):
+def test_a_step_without_a_row_fails_the_run_and_a_fit_search_parks_the_control(tmp_path):
+    """Two behaviours in one runner start (test cost): the headless count, the fit search's parking."""
     spec = campaign(
         tmp_path,
         {"fit_search": {"microbatches": [2]}},
         keep=("load", "first_step", "fit_search"),
     )
     session = Session(spec, tmp_path / "records")
-    session.start()
-    try:
-        for step in session.steps:
-            list(session.run_step(step.key))
-    finally:
-        session.close()
+    run_step = session.run_step
+
+    def load_without_a_row(key, overrides=None):
+        # A real row-less step: the runner cannot build the step's configuration (a microbatch
+        # that is not a number), reports a runner error and goes idle without a row.
+        return run_step(key, {"microbatch": "not a number"} if key == "load" else overrides)
+
+    session.run_step = load_without_a_row
+    out, err = io.StringIO(), io.StringIO()
+    code = run_headless(session, out=out, err=err)
+    assert code == 1, out.getvalue()
+    assert "load: ended without a row" in out.getvalue()
+    assert "runner error" in err.getvalue()
+    assert "FAIL: 1 failed gate(s)" in out.getvalue()
+
     rows = record_rows(tmp_path / "records")
-    assert [k for k in rows if not k.startswith("_")] == ["load", "first_step", "fit_search"]
+    assert [k for k in rows if not k.startswith("_")] == ["first_step", "fit_search"]
     fit = rows["fit_search"]
     assert fit["verdict"] in ("pass", "warn"), fit["reason"]
     # The control's weights, gradients and AdamW state were built by first_step: the search
