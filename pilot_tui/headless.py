@@ -81,11 +81,14 @@ def run_headless(
     try:
         for step in session.steps:
             stop = False
+            rows = 0
             for ev in session.run_step(step.key):
                 failed += _show(ev, bar, out, err)
                 if isinstance(ev, PhaseFinished):
+                    rows += 1
                     row = PhaseRow.from_toml(ev.row)
                     stop = row is not None and phase_table.stops_campaign(row.name, row.verdict)
+            failed += no_row(step.key, rows, out)
             if stop and not keep_going:
                 print(f"{step.phase} failed: later phases not run (--keep-going runs them anyway)", file=out)
                 break
@@ -98,6 +101,18 @@ def run_headless(
     verdict = "FAIL" if failed else "PASS"
     print(f"{verdict}: {failed} failed gate(s) · record {session.record.path}", file=out, flush=True)
     return 1 if failed else 0
+
+
+def no_row(key: str, rows: int, out: TextIO) -> int:
+    """A step that ended without a row is a failed gate, never a silent pass (1 if so, else 0)."""
+    if rows:
+        return 0
+    # Not a phase line (no verdict mark): the record holds no row for it, and readers of the
+    # output match phase lines against the record's rows.
+    print(
+        f"  {key}: ended without a row, counted as a failed gate (see the runner error)", file=out, flush=True
+    )
+    return 1
 
 
 def plan_summary(plan: dict) -> list[str]:

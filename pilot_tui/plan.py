@@ -554,11 +554,35 @@ def _assumptions(
         out.append(
             "step times were measured on the CPU: re-run the pilot on the rented GPU before trusting the days"
         )
+    note = tf32_note(data.get("environment") or {}, rows.values())
+    if note:
+        out.append(note)
     out.append(
         "the full dataset has the pilot's sequence lengths; evaluation is timed on the longest "
         "validation batch, so its reserve is an upper bound"
     )
     return out
+
+
+def tf32_note(environment: Mapping[str, Any], rows: Any) -> str | None:
+    """A line when fp32 steps were timed on a GPU with TF32 off (the [environment] says so).
+
+    TF32 makes fp32 matmuls several times faster on Ampere and later: a plan timed without it
+    is pessimistic for a run that turns it on, and the reader must know which one it is.
+    """
+    if not str(environment.get("device", "")).startswith("cuda") or environment.get("tf32_matmul", True):
+        return None
+    timed = sorted(
+        str(r.get("step", r.get("name", "")))
+        for r in rows
+        if r.get("name") in ("first_step", "steady") and (r.get("params") or {}).get("precision") == "fp32"
+    )
+    if not timed:
+        return None
+    return (
+        f"fp32 steps ({', '.join(timed[:3])}{', …' if len(timed) > 3 else ''}) were timed with TF32 off "
+        "(torch.backends.cuda.matmul.allow_tf32 = False): a run that enables TF32 is faster than planned"
+    )
 
 
 def compute_plan(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from ..events import (
 from .lifetime import die_with_parent
 
 COUNTER_PERIOD_S = 0.5
+# Exit status of a runner that ended itself after a sticky CUDA error (runner/cuda_fault.py).
+EXIT_POISONED = 4
 
 
 class Channel:
@@ -168,10 +170,11 @@ def _warm_lazy_imports() -> None:
 
 def serve(
     commands: queue.Queue, emit: Callable[[WireMessage], None], cancel: threading.Event, holder: dict
-) -> None:
+) -> bool:
     """The runner's command loop: open the campaign, run steps, until Shutdown.
 
-    `holder` shares the open context and whether a step runs with the counters thread.
+    `holder` shares the open context and whether a step runs with the counters thread. Returns
+    True when it ended because a step poisoned the CUDA context (the process must end too).
     """
     from ..steps import campaign_steps, find_step
     from .phases import execute
@@ -196,15 +199,41 @@ def serve(
                         execute(ctx, step, cmd.overrides)
                     finally:
                         holder["busy"] = False
+                    if _poisoned(ctx):
+                        emit(Idle())  # the step's fail row is out; no other step runs here
+                        return True
             else:
                 emit(RunnerError(message=f"unexpected command {cmd.kind!r}"))
         except Exception as exc:
             emit(RunnerError(message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()))
         emit(Idle())
+    return False
+
+
+def _poisoned(ctx) -> bool:
+    from .phases.base import POISONED_KEY
+
+    return bool(ctx.memo.get(POISONED_KEY))
+
+
+def _end_poisoned() -> None:
+    """Leave now: no CUDA call can succeed in this process any more, not even its clean-up.
+
+    The step's fail row is already sent; the session sees the pipe close and starts a new
+    runner for the next step. `os._exit` skips the interpreter's teardown, whose CUDA frees
+    would raise (or hang) on the poisoned context.
+    """
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(EXIT_POISONED)
 
 
 def main() -> int:
     die_with_parent()
+    from .determinism import apply_spawn_env
+
+    apply_spawn_env(os.environ)  # before torch: cuBLAS reads it when its first handle is made
     channel = Channel(_private_stdout())
     commands: queue.Queue = queue.Queue()
     cancel = threading.Event()
@@ -213,9 +242,11 @@ def main() -> int:
     stop = threading.Event()
     threading.Thread(target=_counters, args=(channel, holder, stop), daemon=True, name="counters").start()
     try:
-        serve(commands, channel.emit, cancel, holder)
+        poisoned = serve(commands, channel.emit, cancel, holder)
     finally:
         stop.set()
+    if poisoned:
+        _end_poisoned()
     return 0
 
 

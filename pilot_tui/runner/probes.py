@@ -1,11 +1,19 @@
 """Memory counters per phase: the CUDA caching allocator, or the process RSS on CPU (R6).
 
 Allocated (memory held by tensors) and reserved (held by the caching allocator) are different
-counters and are never added. Peaks are reset at the start of every phase.
+counters and are never added. Peaks are reset at the start of every phase, after the garbage of
+the previous one is collected and the allocator's cache emptied: resetting a peak sets it to the
+*current* reserve, so without that a phase would inherit what the previous one left cached.
+
+Only the campaign's own devices are touched: synchronising or resetting a GPU creates a CUDA
+context on it (~0.5 GiB on an H100), memory another job on that GPU then loses — and on a GPU in
+exclusive-process mode, or held by another job, it raises.
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +54,23 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class MemoryProbe:
-    """Start at a phase boundary, stop at the next; `stop()` returns the phase's counters in MiB."""
+def release_cache(device: torch.device) -> None:
+    """Collect unreachable tensors and hand the allocator's unused blocks back to the driver."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
-    def __init__(self, device: torch.device) -> None:
+
+class MemoryProbe:
+    """Start at a phase boundary, stop at the next; `stop()` returns the phase's counters in MiB.
+
+    `devices` are the CUDA devices the campaign uses (default: the runner's own); no other GPU
+    is ever synchronised, reset or read through the allocator.
+    """
+
+    def __init__(self, device: torch.device, devices: Sequence[torch.device] | None = None) -> None:
         self.device = device
+        self.devices = list(devices) if devices else [device]
         self.process = psutil.Process()
         self._baseline: dict[str, float] = {}
         self._peak_reset = False
@@ -59,6 +79,7 @@ class MemoryProbe:
 
     def start(self) -> None:
         synchronize(self.device)
+        release_cache(self.device)
         if self.device.type == "cuda":
             self._baseline = {
                 "baseline_allocated_mb": torch.cuda.memory_allocated(self.device) / MIB,
@@ -66,18 +87,22 @@ class MemoryProbe:
             }
             stats = torch.cuda.memory_stats(self.device)
             self._counts = {k: int(stats.get(k, 0)) for k in _COUNTS}
-            for index in range(torch.cuda.device_count()):
-                # Every device's peak is reset at the same boundary (R6: same limits for all GPUs).
-                torch.cuda.synchronize(index)
-                torch.cuda.reset_peak_memory_stats(index)
+            for device in self.devices:
+                # Every campaign device's peak is reset at the same boundary (R6: same limits).
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
         else:
             self._peak_reset = _reset_peak_rss()
             self._baseline = {"baseline_rss_mb": self.process.memory_info().rss / MIB}
 
+    def baseline(self) -> dict[str, float]:
+        """The counters read at `start()`: all a row can hold when `stop()` itself failed."""
+        return {k: round(v, 3) for k, v in self._baseline.items()}
+
     def stop(self) -> dict[str, Any]:
         if self.device.type == "cuda":
-            for index in range(torch.cuda.device_count()):
-                torch.cuda.synchronize(index)
+            for device in self.devices:
+                torch.cuda.synchronize(device)
         synchronize(self.device)
         out = dict(self._baseline)
         if self.device.type == "cuda":
@@ -99,9 +124,9 @@ class MemoryProbe:
             # Without a resettable high-water mark the lifetime peak would mislead: say so.
             out["peak_rss_mb"] = hwm / MIB if (hwm is not None and self._peak_reset) else rss
         rounded = {k: round(v, 3) for k, v in out.items()}
-        if self.device.type == "cuda" and torch.cuda.device_count() > 1:
-            # Every GPU with the same measurement limits (R6), not only the runner's own.
-            rounded["gpus"] = [_device_counters(i) for i in range(torch.cuda.device_count())]
+        if self.device.type == "cuda" and len(self.devices) > 1:
+            # Every campaign GPU with the same measurement limits (R6), and no other.
+            rounded["gpus"] = [_device_counters(d.index or 0) for d in self.devices]
         return rounded
 
     def peak_mb(self, counters: dict[str, float]) -> float:

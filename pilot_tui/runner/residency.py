@@ -9,10 +9,14 @@ parked in host memory while a variant runs and come back when a phase asks for t
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
 from .training import TrainState
+
+if TYPE_CHECKING:
+    from .context import RunContext
 
 MIB = 1024 * 1024
 
@@ -71,12 +75,24 @@ def unpark(state: TrainState, device: torch.device) -> None:
         slot[key] = slot[key].to(where)
 
 
-def park_others(states: dict[str, TrainState], keep: str, parked: set[str], device: torch.device) -> None:
-    """Park every state but `keep`; only a CUDA device needs it (on CPU it all is host memory)."""
-    if device.type != "cuda":
-        return
+def park_others(
+    states: dict[str, TrainState], keep: str | None, parked: set[str], device: torch.device
+) -> list[str]:
+    """Park every state but `keep` (all of them when `keep` is None); returns the parked names.
+
+    On CPU the state already is in host memory: nothing moves, but the names are kept all the
+    same, so a row says which states were off the measurement on every device.
+    """
     for name, state in states.items():
         if name != keep and name not in parked:
-            park(state)
+            if device.type == "cuda":
+                park(state)
             parked.add(name)
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return sorted(parked & set(states))
+
+
+def park_all(ctx: RunContext) -> list[str]:
+    """Park every training state of the runner: before a fit search or a fresh worker process."""
+    return park_others(ctx.states, None, ctx.parked, ctx.device)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from .checkpoint import load_training_state, restore_training_state
+from .determinism import deterministic
 from .resume_check import final_tensors, next_draws, observe_update
 from .training import TrainConfig
 from .worker import add_context_args, run_worker_main, worker_context, write_result
@@ -48,9 +49,11 @@ def resume(args: argparse.Namespace) -> None:
     # O(1): the sampler now stands at the saved (epoch, position); nothing consumed is replayed.
     resumed_at = state.sampler.state_dict()
     t1 = time.perf_counter()
-    steps = [
-        observe_update(state, ctx.task, ctx.device, ctx.spec.optim.grad_clip) for _ in range(args.updates)
-    ]
+    # The same deterministic kernels as the runner's uninterrupted run (runner/determinism.py).
+    with deterministic() as nondeterministic:
+        steps = [
+            observe_update(state, ctx.task, ctx.device, ctx.spec.optim.grad_clip) for _ in range(args.updates)
+        ]
     python_draw, draws = next_draws(ctx.device)
     t2 = time.perf_counter()
     write_result(
@@ -61,6 +64,7 @@ def resume(args: argparse.Namespace) -> None:
             "updates": steps,
             "python_draw": python_draw,
             "scaler": {k: float(v) for k, v in state.scaler.state_dict().items()},
+            "nondeterministic_ops": nondeterministic,
             # Inside the process; the runner's figure adds the interpreter and torch import.
             "timings_s": {"setup_and_load": t1 - t0, "train": t2 - t1},
         },

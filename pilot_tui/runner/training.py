@@ -51,7 +51,19 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    """Copy a host batch to the device without making the host wait for it.
+
+    A non-blocking copy from pageable memory is staged by the driver and the host waits for it;
+    from pinned (page-locked) memory it really is asynchronous. PyTorch's caching host
+    allocator reuses the pinned blocks and keeps each alive until its copy has run.
+    """
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: _pinned(v).to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _pinned(t: torch.Tensor) -> torch.Tensor:
+    return t if t.device.type != "cpu" or t.is_pinned() else t.pin_memory()
 
 
 def lr_lambda(warmup: int, schedule: str, total: int):
@@ -78,6 +90,8 @@ class UpdateStats:
     examples: int
     tokens: int
     shapes: list[list[int]] = field(default_factory=list)
+    # fp16: the gradient scaler skipped the optimizer step (inf/NaN gradients): not an update.
+    skipped: bool = False
 
 
 @dataclass
@@ -174,7 +188,8 @@ def train_update(
     scale_before = state.scaler.get_scale() if state.scaler.is_enabled() else None
     state.scaler.step(state.optimizer)
     state.scaler.update()
-    if scale_before is None or state.scaler.get_scale() >= scale_before:
+    skipped = scale_before is not None and state.scaler.get_scale() < scale_before
+    if not skipped:
         state.scheduler.step()
     state.step += 1
     return UpdateStats(
@@ -184,6 +199,7 @@ def train_update(
         examples=sum(len(m) for m in micro),
         tokens=tokens,
         shapes=shapes,
+        skipped=skipped,
     )
 
 

@@ -22,6 +22,7 @@ import torch
 
 from ..hashing import sha256_file
 from .context import RunContext
+from .determinism import apply_spawn_env
 from .safe_load import load_tensors
 
 EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
@@ -82,7 +83,8 @@ def start_worker(module: str, args: Sequence[str], out_dir: Path) -> Worker:
     (the runner's stdout is the event protocol)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RESULT_FILE).unlink(missing_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # Reproducible cuBLAS in the worker as in the runner: fixed before the worker loads torch.
+    env = apply_spawn_env(dict(os.environ, PYTHONUNBUFFERED="1"))
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         stdin=subprocess.DEVNULL,

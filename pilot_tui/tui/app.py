@@ -358,6 +358,7 @@ class PilotApp(App[int]):
         self.record_path = msg.record_path
         self.status_text = f"record {msg.record_path.name}"  # the full path: `e` shows it
         device = str(msg.environment.get("device", "?"))
+        self.counters_pane.set_campaign(msg.environment)  # its GPUs, matched to NVML by UUID
         if device == "cpu":
             self.gates_pane.set_cpu()
         self.sub_title = f"{self.sub_title.split(' · ')[0]} · {device}"

@@ -104,3 +104,33 @@ class NoDriverNvml(FakeNvml):
 
     def nvmlInit(self) -> None:
         raise NVMLError_LibraryNotFound()
+
+
+class UuidNvml(FakeNvml):
+    """FakeNvml with UUIDs, PCI bus ids and process lists: a machine where the runner's `cuda:0`
+    (CUDA_VISIBLE_DEVICES=1) is NVML's GPU 1, and NVML reports host pids (a container)."""
+
+    UUIDS = ("GPU-11111111-aaaa", "GPU-22222222-bbbb")
+
+    def __init__(self, broken: tuple[str, ...] = ()) -> None:
+        super().__init__(broken)
+        self.processes = {
+            0: [SimpleNamespace(pid=4242, usedGpuMemory=20 * GIB)],
+            # The runner (reserve 700 MiB + its CUDA context) and another job's small process.
+            1: [
+                SimpleNamespace(pid=90001, usedGpuMemory=1100 * 1024**2),
+                SimpleNamespace(pid=90002, usedGpuMemory=300 * 1024**2),
+            ],
+        }
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        self._call("nvmlDeviceGetUUID")
+        return self.UUIDS[h]
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
+        self._call("nvmlDeviceGetPciInfo")
+        return SimpleNamespace(busId=f"00000000:{0x19 + h:02X}:00.0")
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
+        self._call("nvmlDeviceGetComputeRunningProcesses")
+        return self.processes[h]

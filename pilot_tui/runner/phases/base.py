@@ -16,10 +16,15 @@ import torch
 from ... import phase_table
 from ...events import PhaseFinished, PhaseStarted, RunnerError
 from ...steps import Step
+from .. import probes
 from ..context import Cancelled, RunContext
-from ..probes import MemoryProbe, synchronize
+from ..cuda_fault import POISONED, first_line, is_sticky
+from ..oom import is_oom
+from ..probes import MemoryProbe
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
+# ctx.memo key set when a step poisoned the CUDA context: the runner ends after that row.
+POISONED_KEY = "cuda_poisoned"
 
 
 class PhaseFailure(Exception):
@@ -80,6 +85,9 @@ def _run_hooks(ctx: RunContext, hooks: list, *args: Any) -> None:
             hook(ctx, *args)
         except Exception as exc:
             ctx.emit(RunnerError(message=f"{hook.__name__}: {type(exc).__name__}: {exc}"))
+            if is_sticky(exc):
+                # No later step can run in this process: the runner ends after this step.
+                ctx.memo[POISONED_KEY] = f"{POISONED}: {first_line(exc)} in {hook.__name__}"
 
 
 def phase(name: str) -> Callable[[PhaseFn], PhaseFn]:
@@ -99,8 +107,8 @@ def finite(x: float) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+# Kept under its old name for the phases that import it; the classification lives in runner/oom.py.
+_is_oom = is_oom
 
 
 def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, float], seconds: float):
@@ -130,11 +138,17 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     started = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
     _run_hooks(ctx, BEFORE_STEP, step)
     probe = MemoryProbe(ctx.device)
-    probe.start()
+    poison: str | None = ctx.memo.get(POISONED_KEY)
+    try:
+        probe.start()
+    except BaseException as exc:  # the context broke before this step began (a hook, say)
+        poison = poison or f"{first_line(exc)} (before the step began)"
     t0 = time.perf_counter()
     failure: BaseException | None = None
     outcome = Outcome()
     try:
+        if poison is not None:
+            raise PhaseFailure("not run: the CUDA context was already poisoned")
         if body is None:
             raise PhaseFailure(f"no phase named {step.phase!r} in this runner")
         outcome = body(ctx, run)
@@ -144,14 +158,27 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     # can really be returned before the next attempt (R10).
     if failure is not None:
         outcome = _failed_outcome(ctx, run, failure)
+        if is_sticky(failure):
+            poison = first_line(failure)
+        if not isinstance(failure, PhaseFailure | Cancelled):
+            _drop_partial_grads(ctx, step)  # it broke mid-update: its gradients are partial
         failure = None
         gc.collect()
-        if ctx.device.type == "cuda":
-            torch.cuda.empty_cache()
-    synchronize(ctx.device)
+    memory: dict[str, Any] = {}
     seconds = time.perf_counter() - t0
-    memory = probe.stop()
-    over = _gate(ctx, run, probe, memory, seconds)
+    try:
+        # After a sticky CUDA error these raise again: that is how a poisoned context shows.
+        if outcome.verdict == FAIL and ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
+        probes.synchronize(ctx.device)
+        seconds = time.perf_counter() - t0
+        memory = probe.stop()
+    except BaseException as exc:
+        poison = poison or first_line(exc)
+        memory = probe.baseline()
+    if poison is not None:
+        outcome = _poisoned_outcome(ctx, run, outcome, poison)
+    over = _gate(ctx, run, probe, memory, seconds) if poison is None else None
     if over and outcome.verdict != FAIL:
         # Same fields as an out-of-memory: the reason names the input that went over (R10).
         shape = f" on input {run.current_input}" if run.current_input else ""
@@ -171,8 +198,36 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     }
     ctx.rows.append(row)
     ctx.emit(PhaseFinished(step=step.key, row=row))
-    _run_hooks(ctx, AFTER_ROW, step, row)
+    if poison is None:
+        _run_hooks(ctx, AFTER_ROW, step, row)  # nothing more may touch a poisoned context
     return row
+
+
+def _poisoned_outcome(ctx: RunContext, run: PhaseRun, outcome: Outcome, error: str) -> Outcome:
+    """The row of a step whose CUDA context can no longer be used (runner/cuda_fault.py)."""
+    shape = f" on input {run.current_input}" if run.current_input else ""
+    error = error.removeprefix(f"{POISONED}: ")
+    reason = (
+        f"{POISONED}: {error} in {run.step.phase}{shape}; this runner ends and the next step "
+        "starts in a new one"
+    )
+    ctx.memo[POISONED_KEY] = reason
+    details = dict(outcome.details) | {"cuda_error": error, "poisoned": True}
+    if outcome.verdict == FAIL and outcome.reason:
+        details["body_error"] = outcome.reason
+    return Outcome(FAIL, reason, details, outcome.params)
+
+
+def _drop_partial_grads(ctx: RunContext, step: Step) -> None:
+    """An update that failed half-way (e.g. out of memory in backward) leaves partial `.grad`
+    tensors: they mean nothing and would stay resident under the next attempt (R10)."""
+    state = ctx.states.get(step.variant)
+    if state is None:
+        return
+    try:
+        state.optimizer.zero_grad(set_to_none=True)
+    except Exception as exc:  # never hides the row
+        ctx.emit(RunnerError(message=f"could not free the gradients: {type(exc).__name__}: {exc}"))
 
 
 def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outcome:
@@ -182,9 +237,16 @@ def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outco
         return Outcome(FAIL, "cancelled by the user", where)
     if isinstance(exc, PhaseFailure):
         return Outcome(FAIL, exc.reason, exc.details | where)
-    if _is_oom(exc):
-        stats = torch.cuda.memory_stats(ctx.device) if ctx.device.type == "cuda" else {}
-        details = where | {"num_ooms": int(stats.get("num_ooms", 0)), "error": str(exc).splitlines()[0]}
+    if is_oom(exc):
+        # This phase's count is the row's `memory.num_ooms`; this one is the runner's lifetime.
+        try:
+            stats = torch.cuda.memory_stats(ctx.device) if ctx.device.type == "cuda" else {}
+        except Exception:  # e.g. a poisoned context: the row still goes out
+            stats = {}
+        details = where | {
+            "runner_num_ooms": int(stats.get("num_ooms", 0)),
+            "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        }
         return Outcome(FAIL, f"out of memory in {run.step.phase}{shape}", details)
     tb = "".join(traceback.format_exception(exc)[-6:])
     return Outcome(

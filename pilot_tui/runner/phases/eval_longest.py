@@ -40,7 +40,9 @@ def eval_longest(ctx: RunContext, run: PhaseRun) -> Outcome:
     shape = list(next(iter(batch.values())).shape)
     run.current_input = {"microbatch": len(chosen), "max_length": cfg.max_length, "shape": shape}
     # The forward alone, synchronised: what one evaluation batch costs in a long run (the plan's
-    # eval reserve), without the one-off scan of the validation lengths above.
+    # eval reserve), without the one-off scan of the validation lengths above. One untimed
+    # forward first: a single cold one times kernel loading and the allocator's first growth.
+    evaluate(state, ctx.task, batch)
     synchronize(ctx.device)
     t0 = time.perf_counter()
     loss, count = evaluate(state, ctx.task, batch)

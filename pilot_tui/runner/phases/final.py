@@ -14,6 +14,8 @@ import torch
 
 from ..context import RunContext
 from ..control import ControlOutput
+from ..probes import release_cache
+from ..residency import park_all
 from ..safe_load import UnsafeLoadError
 from ..worker import EXIT_REFUSED, WorkerFailed, context_args, read_tensors, start_worker
 from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
@@ -67,6 +69,11 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         )
     exact = ctx.device.type == "cpu"
     tol = 0.0 if exact else ctx.spec.resume.tolerance
+    # The outputs before the save are on the host already: the fresh process gets the device
+    # without the runner's states and cache under it (a model above ~45 % of the card would not
+    # fit twice).
+    park_all(ctx)
+    release_cache(ctx.device)
     out_dir = ctx.work_dir / "final-worker"
     worker = start_worker(
         "pilot_tui.runner.reload_worker",

@@ -21,9 +21,11 @@ from ...rows import peak_counter
 from ...spec import FitSearchSpec
 from ...variants import ERROR, FITS, OOM, OVER_CEILING, fit_result
 from ..context import Cancelled, RunContext
+from ..cuda_fault import is_sticky
+from ..oom import is_oom
 from ..probes import MemoryProbe, synchronize
 from ..training import collate, evaluate, train_update
-from .base import FAIL, WARN, Outcome, PhaseRun, _is_oom, phase
+from .base import FAIL, WARN, Outcome, PhaseRun, phase
 from .eval_longest import raw_lengths
 
 
@@ -73,6 +75,7 @@ def try_point(
         phase_name = "eval_longest"
         size = int(ctx.spec.phases.eval_microbatch or microbatch)
         chosen = longest_val[:size]
+        # start() empties the cache first: the eval peak must not read the training reserve.
         probe.start()
         batch = collate(ctx.task, [ctx.task.examples[i] for i in chosen], max_length, ctx.device)
         shape = list(next(iter(batch.values())).shape)
@@ -86,10 +89,12 @@ def try_point(
     except Cancelled:
         raise
     except BaseException as exc:  # a point that fails is a result, not the end of the search
+        if is_sticky(exc):
+            raise  # …unless the CUDA context is gone: no later point could run (phases/base.py)
         failure = exc
     state = batch = stats = None
     if failure is not None:
-        oom = _is_oom(failure)
+        oom = is_oom(failure)
         point["status"] = OOM if oom else ERROR
         point["failed_in"] = phase_name
         point["input"] = dict(run.current_input)
@@ -158,6 +163,8 @@ def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
     details = {k: v for k, v in result.items() if k != "points"} | {
         "points": [f"mb {p['microbatch']} len {p['max_length']}: {p['status']}" for p in points],
         "memory_note": "each point carries its own peaks ([fit].points); this row's memory is after the search",
+        # Off the device under every point (variants_compare.measure_alone): the control's too.
+        "parked_states": list(ctx.memo.get("parked_for_fit_search", [])),
     }
     run.current_input = {}
     if not result["found"]:

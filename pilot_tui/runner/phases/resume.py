@@ -22,7 +22,10 @@ from ...events import RecordUpdate
 from ...hashing import artifact_entry
 from ..checkpoint import training_state, write_checkpoint
 from ..context import RunContext
-from ..resume_check import compare, final_tensors, next_draws, observe_update
+from ..determinism import deterministic
+from ..probes import release_cache
+from ..residency import park_all
+from ..resume_check import NONDETERMINISTIC_RTOL, compare, final_tensors, next_draws, observe_update
 from ..safe_load import UnsafeLoadError
 from ..worker import EXIT_REFUSED, WorkerFailed, context_args, read_tensors, start_worker
 from .base import Outcome, PhaseFailure, PhaseRun, phase
@@ -51,6 +54,23 @@ def _unused(path: Path) -> Path:
     return candidate
 
 
+def comparison_tolerance(exact: bool, declared: float, ops: list[str]) -> tuple[float, str]:
+    """The tolerance of the comparison and the sentence the row gives for it.
+
+    CPU: always bitwise. CUDA: bitwise under deterministic algorithms unless the campaign
+    declared a tolerance; where a kernel has no deterministic version (`ops`), a per-tensor
+    relative tolerance — the declared one, else NONDETERMINISTIC_RTOL — naming those kernels.
+    """
+    if exact:
+        return 0.0, "bitwise"
+    if ops:
+        tol = declared or NONDETERMINISTIC_RTOL
+        return tol, f"within {tol:g} relative per tensor: no deterministic CUDA kernel for {', '.join(ops)}"
+    if declared:
+        return declared, f"within {declared:g} relative per tensor (declared resume.tolerance)"
+    return 0.0, "bitwise (deterministic algorithms, CUBLAS_WORKSPACE_CONFIG set)"
+
+
 @phase("resume")
 def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     spec = ctx.spec.resume
@@ -62,49 +82,60 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     config = ctx.config(variant, overrides)
     exact = ctx.device.type == "cpu"
-    tol = 0.0 if exact else spec.tolerance
     grad_clip = ctx.spec.optim.grad_clip
     timings: dict[str, float] = {}
     total = k + n + 1  # the last unit is the new process
 
-    # A fresh state of its own: the check never moves the campaign's control state.
-    t0 = time.perf_counter()
-    state = ctx.new_state(config)
-    per_epoch = state.sampler.updates_per_epoch
-    for i in range(k):
-        ctx.check_cancel()
-        run.current_input = {"update": i + 1, "of": k + n, "microbatch": config.microbatch}
-        observe_update(state, ctx.task, ctx.device, grad_clip)
-        ctx.progress(run.step.key, i + 1, total, message="before the save")
-    timings["train_k_s"] = time.perf_counter() - t0
+    # Deterministic kernels on both sides (runner/determinism.py); the ops that have none are
+    # collected (when the block ends) so the comparison can say why it needs a tolerance.
+    with deterministic() as nondeterministic:
+        # A fresh state of its own: the check never moves the campaign's control state.
+        t0 = time.perf_counter()
+        state = ctx.new_state(config)
+        per_epoch = state.sampler.updates_per_epoch
+        for i in range(k):
+            ctx.check_cancel()
+            run.current_input = {"update": i + 1, "of": k + n, "microbatch": config.microbatch}
+            observe_update(state, ctx.task, ctx.device, grad_clip)
+            ctx.progress(run.step.key, i + 1, total, message="before the save")
+        timings["train_k_s"] = time.perf_counter() - t0
 
-    t = time.perf_counter()
-    payload = training_state(state)
-    saved_position = dict(payload["data"])
-    if breaking:
-        _break(payload, breaking)
-    path = _unused(ctx.work_dir / f"resume-{variant}-step{k}{'-broken-' + breaking if breaking else ''}.pt")
-    write_checkpoint(payload, path)
-    del payload
-    entry = artifact_entry(
-        path, "resume_checkpoint", phase="resume", variant=variant, step=k, broken=breaking or None
-    )
-    ctx.emit(RecordUpdate(section="artifacts", value={k2: v for k2, v in entry.items() if v is not None}))
-    timings["save_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        payload = training_state(state)
+        saved_position = dict(payload["data"])
+        if breaking:
+            _break(payload, breaking)
+        path = _unused(
+            ctx.work_dir / f"resume-{variant}-step{k}{'-broken-' + breaking if breaking else ''}.pt"
+        )
+        write_checkpoint(payload, path)
+        del payload
+        entry = artifact_entry(
+            path, "resume_checkpoint", phase="resume", variant=variant, step=k, broken=breaking or None
+        )
+        ctx.emit(RecordUpdate(section="artifacts", value={k2: v for k2, v in entry.items() if v is not None}))
+        timings["save_s"] = time.perf_counter() - t
 
-    # The uninterrupted run goes on in this process first; the new process starts after it, so
-    # the two never compete for the CPU threads (OpenMP threads of two busy processes on the
-    # same cores slow each other down many times over).
-    t = time.perf_counter()
-    reference = []
-    for i in range(n):
-        ctx.check_cancel()
-        run.current_input = {"update": k + i + 1, "of": k + n, "microbatch": config.microbatch}
-        reference.append(observe_update(state, ctx.task, ctx.device, grad_clip))
-        ctx.progress(run.step.key, k + i + 1, total, message="uninterrupted")
-    ref_python_draw, ref_draws = next_draws(ctx.device)
-    ref_tensors = {key: v.cpu() for key, v in (final_tensors(state) | ref_draws).items()}
-    timings["uninterrupted_n_s"] = time.perf_counter() - t
+        # The uninterrupted run goes on in this process first; the new process starts after it, so
+        # the two never compete for the CPU threads (OpenMP threads of two busy processes on the
+        # same cores slow each other down many times over).
+        t = time.perf_counter()
+        reference = []
+        for i in range(n):
+            ctx.check_cancel()
+            run.current_input = {"update": k + i + 1, "of": k + n, "microbatch": config.microbatch}
+            reference.append(observe_update(state, ctx.task, ctx.device, grad_clip))
+            ctx.progress(run.step.key, k + i + 1, total, message="uninterrupted")
+        ref_python_draw, ref_draws = next_draws(ctx.device)
+        ref_tensors = {key: v.cpu() for key, v in (final_tensors(state) | ref_draws).items()}
+        timings["uninterrupted_n_s"] = time.perf_counter() - t
+
+        ref_scaler = {key: float(v) for key, v in state.scaler.state_dict().items()}
+    # The worker needs the device: what the comparison needs is on the host now; the rest is
+    # released (this check's state) or parked (the campaign's), and the cache emptied (R15).
+    del state
+    park_all(ctx)
+    release_cache(ctx.device)
 
     out_dir = path.with_suffix(".worker")
     worker = start_worker(
@@ -141,6 +172,8 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         res_tensors = read_tensors(result)
     except UnsafeLoadError as exc:
         raise PhaseFailure(f"the resumed process's output was refused: {exc}") from None
+    ops = sorted(set(nondeterministic) | set(result.get("nondeterministic_ops", [])))
+    tol, comparison = comparison_tolerance(exact, spec.tolerance, ops)
     cmp = compare(
         reference,
         result["updates"],
@@ -150,7 +183,6 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         float(result["python_draw"]),
         tol,
     )
-    ref_scaler = {key: float(v) for key, v in state.scaler.state_dict().items()}
     if ref_scaler:
         cmp.checks["grad_scaler"] = {"ok": ref_scaler == result["scaler"], "uninterrupted": ref_scaler}
         if ref_scaler != result["scaler"]:
@@ -168,7 +200,8 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         "resumed_at": result["resumed_at"],
         # The sampler jumps to (epoch, position): batches drawn in the new process = n, never k + n.
         "batches_drawn_after_resume": len(result["updates"]),
-        "comparison": "bitwise" if exact else f"within tolerance {tol:g}",
+        "comparison": comparison,
+        "nondeterministic_ops": ops,
         "checks": cmp.checks,
         "first_difference": cmp.first,
         "per_update": [

@@ -87,8 +87,12 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         # The first update allocates optimizer state and is slower: keep it out of the timing.
         _update(ctx, run, state)
         notes.append("ran one untimed first update before timing (first_step had not run)")
+    # One untimed warm-up update: the first after a phase boundary pays for the allocator's
+    # cache emptied there (and lazy kernel loading on CUDA); the timed ones are the steady ones.
+    warmup = _update(ctx, run, state)
     n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
     losses, examples, tokens, times = [], 0, 0, []
+    skips: list[bool] = []
     # CUDA runs asynchronously: a host clock around one update times its launch, not its kernels.
     # Events on the stream time each update on the device without a sync per step.
     events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
@@ -107,6 +111,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         else:
             times.append(time.perf_counter() - t)
         losses.append(stats.loss)
+        skips.append(stats.skipped)
         examples += stats.examples
         tokens += stats.tokens
         if (i + 1) % 10 == 0 or i + 1 == n:
@@ -120,6 +125,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     times.sort()
     details = {
         "updates": n,
+        "warmup_updates": 1,
         "step_time_s": total / n,
         "step_time_p50_s": times[len(times) // 2],
         "step_time_p90_s": times[min(len(times) - 1, int(0.9 * len(times)))],
@@ -130,11 +136,18 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         "losses": values,
         "notes": notes,
     }
+    if state.scaler.is_enabled():
+        # fp16: a step the scaler skipped (inf/NaN gradients) was timed but moved no weight.
+        details["scaler_skipped_updates"] = sum(bool(x) for x in skips)
+        details["grad_scale"] = state.scaler.get_scale()
     bad = next((i for i, v in enumerate(values) if not finite(v)), None)
     if bad is not None:
         raise PhaseFailure(f"non-finite loss at steady update {bad + 1} of {n}", details)
-    if values[-1] >= values[0]:
+    # The trend is judged over every update this phase took, the warm-up one included.
+    start = float(warmup.loss)
+    details["loss_warmup"] = start
+    if values[-1] >= start:
         return Outcome(
-            WARN, f"loss did not fall over {n} updates ({values[0]:.4g} -> {values[-1]:.4g})", details
+            WARN, f"loss did not fall over {n + 1} updates ({start:.4g} -> {values[-1]:.4g})", details
         )
     return Outcome(details=details)

@@ -29,6 +29,7 @@ from .base import after_row, before_step
 ENTRIES = "variant_entries"  # ctx.memo key: id -> the entry emitted for it
 TARGETS = "variant_targets"  # ctx.memo key: max_length -> per-example supervised targets
 CHUNK = 64  # examples per collate call when scanning the train set
+PARKED_FOR_FIT = "parked_for_fit_search"  # ctx.memo key: the states parked under the fit search
 
 
 def last_measured_phase(ctx: RunContext) -> str | None:
@@ -41,9 +42,14 @@ def last_measured_phase(ctx: RunContext) -> str | None:
 def measure_alone(ctx: RunContext, step: Step) -> None:
     """Park every other training state off the device before a measured variant phase (CUDA).
 
-    LR runs build their own fresh state too: the control's need not sit under them either.
+    LR runs build their own fresh state too: the control's need not sit under them either. A fit
+    search builds a fresh state for every point and uses none of the kept ones, so *every* state
+    is parked, the control's included: its weights, gradients and AdamW state (~16 B per
+    parameter) under each point would under-report the largest microbatch that fits.
     """
-    if step.phase in phase_table.per_variant() or step.phase in ("fit_search", "lr_run"):
+    if step.phase == "fit_search":
+        ctx.memo[PARKED_FOR_FIT] = park_others(ctx.states, None, ctx.parked, ctx.device)
+    elif step.phase in phase_table.per_variant() or step.phase == "lr_run":
         park_others(ctx.states, step.variant, ctx.parked, ctx.device)
 
 
@@ -95,7 +101,10 @@ def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
             process_baseline_mb=baseline,
         )
         try:
-            breakdown["saved_activations_mb"] = round(saved_activations(ctx, state) / MIB, 3)
+            saved = saved_tensors(ctx, state)
+            breakdown["saved_activations_mb"] = round(saved["activations"] / MIB, 3)
+            # Kept apart: autocast's low-precision weight copies are not activations (R11).
+            breakdown["saved_weight_casts_mb"] = round(saved["weight_casts"] / MIB, 3)
         except Exception as exc:  # e.g. the same out of memory again: the entry still goes out
             breakdown["saved_activations_note"] = f"not measured: {type(exc).__name__}: {exc}"[:200]
     else:
@@ -145,21 +154,35 @@ def longest_train_examples(ctx: RunContext, count: int) -> list[int]:
 
 
 def saved_activations(ctx: RunContext, state: TrainState) -> int:
-    """Bytes autograd keeps for backward in one training forward of the longest microbatch.
+    """Bytes autograd keeps for backward in one training forward of the longest microbatch."""
+    return saved_tensors(ctx, state)["activations"]
 
-    Measured from the tensors themselves (saved-tensor hooks), excluding the weights, so it is
-    exact on CPU too, where the process RSS cannot separate activations from the library.
+
+def saved_tensors(ctx: RunContext, state: TrainState) -> dict[str, int]:
+    """What autograd keeps for backward in one training forward of the longest microbatch.
+
+    Measured from the tensors themselves (saved-tensor hooks), so it is exact on CPU too, where
+    the process RSS cannot separate activations from the library. Two kinds are told apart:
+    `activations`, and `weight_casts` — under autocast every weight is cast to bf16/fp16 once
+    per forward and that copy is saved for backward (2 B per parameter): counted as activations
+    it would make every precision variant look like it *adds* activation memory. The weights
+    themselves are in neither.
     """
     cfg = state.config
     chosen = longest_train_examples(ctx, cfg.microbatch)
     batch = collate(ctx.task, [ctx.task.examples[i] for i in chosen], cfg.max_length, ctx.device)
-    weights = {p.untyped_storage().data_ptr() for p in state.model.parameters()}
-    seen: dict[int, int] = {}
+    params = list(state.model.parameters())
+    weights = {p.untyped_storage().data_ptr() for p in params}
+    param_ids = {id(p) for p in params}
+    activations: dict[int, int] = {}
+    casts: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         ptr = t.untyped_storage().data_ptr()
-        if ptr not in weights and t.device.type == ctx.device.type:
-            seen[ptr] = t.untyped_storage().nbytes()
+        if ptr in weights or t.device.type != ctx.device.type:
+            return t
+        kind = casts if _is_weight_cast(t, param_ids) else activations
+        kind[ptr] = t.untyped_storage().nbytes()
         return t
 
     was_training = state.model.training
@@ -177,7 +200,38 @@ def saved_activations(ctx: RunContext, state: TrainState) -> int:
             del logits, loss  # the graph (and what it saved) goes with them
     finally:
         state.model.train(was_training)
-    return sum(seen.values())
+    # A storage seen both ways (a cast saved as-is and a view of it) counts once, as a cast.
+    for ptr in casts:
+        activations.pop(ptr, None)
+    return {"activations": sum(activations.values()), "weight_casts": sum(casts.values())}
+
+
+def _is_weight_cast(t: torch.Tensor, param_ids: set[int]) -> bool:
+    """True for autocast's low-precision copy of a parameter (or a view of that copy).
+
+    Its autograd node leads, through dtype casts and views only, to a parameter's
+    AccumulateGrad: nothing computed from data sits in between.
+    """
+    node = t.grad_fn
+    seen_cast = False
+    for _ in range(4):  # a cast, then at most a few views (t(), transpose, expand)
+        if node is None:
+            return False
+        name = type(node).__name__
+        if name == "AccumulateGrad":
+            return seen_cast and id(getattr(node, "variable", None)) in param_ids
+        if name.startswith("ToCopyBackward"):
+            seen_cast = True
+        elif not name.startswith(_VIEW_NODES):
+            return False
+        nexts = [n for n, _ in node.next_functions if n is not None]
+        if len(nexts) != 1:
+            return False
+        node = nexts[0]
+    return False
+
+
+_VIEW_NODES = ("TBackward", "TransposeBackward", "ViewBackward", "ExpandBackward", "PermuteBackward")
 
 
 # ------------------------------------------------------------------ same question? (R12)

@@ -1,17 +1,23 @@
-"""Counters pane: live per-GPU NVML figures, the runner's own memory counters, a short history."""
+"""Counters pane: live per-GPU NVML figures, the runner's own memory counters, a short history.
+
+GPUs are matched to the campaign by UUID, never by index: NVML numbers every GPU of the machine,
+the runner's `cuda:0` is the first GPU `CUDA_VISIBLE_DEVICES` lets it see. The campaign's GPU is
+marked, and the processes on each GPU are listed (NVML, refreshed every few seconds).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
-from ..nvml import GpuSample, NvmlSnapshot
+from ..nvml import GpuSample, NvmlSnapshot, campaign_gpus, match_runner
 from ..state import bar, fmt_mb, fmt_value
 
 # The runner's counters, in the order shown; allocated and reserved side by side, never summed.
@@ -22,14 +28,19 @@ CUDA_KEYS = (
     ("peak_reserved_mb", "peak reserved"),
 )
 CPU_KEYS = (("rss_mb", "process RSS"), ("peak_rss_mb", "peak RSS"))
+CAMPAIGN_MARK = "▶"
 
 
 def _na(value: Any, fmt: str) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-def gpu_table(gpus: Sequence[GpuSample]) -> Table:
-    """One line per GPU: memory used/total as a bar, utilisation, temperature, power (fits 80 cols)."""
+def gpu_table(gpus: Sequence[GpuSample], campaign: dict[str, str] | None = None) -> Table:
+    """One line per GPU: memory used/total as a bar, utilisation, temperature, power (fits 80 cols).
+
+    The campaign's GPU (matched by UUID) is marked and named as the runner names it (`cuda:0`).
+    """
+    campaign = campaign or {}
     table = Table(box=None, padding=(0, 1), expand=True)
     table.add_column("gpu", no_wrap=True, overflow="ellipsis", ratio=1)
     for name in ("memory", "used/total", "util", "temp", "power"):
@@ -42,14 +53,43 @@ def gpu_table(gpus: Sequence[GpuSample]) -> Table:
             mem_bar, used = "n/a", "n/a"
         power = _na(g.power_w, "{:.0f}")
         power += f"/{g.power_limit_w:.0f} W" if g.power_w is not None and g.power_limit_w else " W"
+        label = Text(f"{g.index} {g.name.removeprefix('NVIDIA ')}")
+        if g.uuid and g.uuid in campaign:
+            label = Text(f"{CAMPAIGN_MARK} ", style="bold green") + label + Text(f" = {campaign[g.uuid]}")
         table.add_row(
-            Text(f"{g.index} {g.name.removeprefix('NVIDIA ')}"),
+            label,
             Text(mem_bar, style="magenta"),
             used,
             _na(g.utilization, "{}%"),
             _na(g.temperature_c, "{}°C"),
             power if g.power_w is not None else "n/a",
         )
+    return table
+
+
+def process_table(
+    gpus: Sequence[GpuSample], campaign: dict[str, str], reserved_mb: float | None, pid: int | None = None
+) -> Table | None:
+    """The processes on each GPU (None until NVML's first, slow, process list has come)."""
+    if all(g.processes is None for g in gpus):
+        return None
+    table = Table(box=None, padding=(0, 1))
+    for name in ("gpu", "pid", "memory", ""):
+        table.add_column(name, no_wrap=True)
+    for g in gpus:
+        if g.processes is None:
+            table.add_row(str(g.index), "n/a", "", Text("process list not available", style="dim"))
+            continue
+        if not g.processes:
+            table.add_row(str(g.index), "-", "", Text("no process", style="dim"))
+            continue
+        ours = g.uuid in campaign
+        runner = match_runner(g.processes, reserved_mb, pid) if ours else None
+        for proc in g.processes:
+            note = Text("the runner", style="bold green") if proc.pid == runner else Text("")
+            table.add_row(
+                str(g.index), str(proc.pid), fmt_mb(proc.used_mb) if proc.used_mb is not None else "n/a", note
+            )
     return table
 
 
@@ -67,6 +107,17 @@ def runner_table(device: str, values: dict[str, float]) -> Table:
 
 class CountersPane(VerticalScroll):
     """NVML view of each GPU (or why there is none) beside the runner's allocator / RSS counters."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # UUID -> `cuda:N` of the campaign's GPUs, from the runner's environment (`set_campaign`).
+        self.campaign: dict[str, str] = {}
+        self.runner_pid: int | None = None
+
+    def set_campaign(self, environment: dict[str, Any], runner_pid: int | None = None) -> None:
+        """Which GPUs are the campaign's (by UUID), from the environment the runner reported."""
+        self.campaign = campaign_gpus(environment)
+        self.runner_pid = runner_pid
 
     def compose(self) -> ComposeResult:
         yield Label("GPUs (NVML)", classes="section")
@@ -90,7 +141,14 @@ class CountersPane(VerticalScroll):
         elif nvml.error:
             widget.update(Text(f"{nvml.error}; showing the runner's CPU memory instead.", style="yellow"))
         else:
-            widget.update(gpu_table(nvml.gpus))
+            table = gpu_table(nvml.gpus, self.campaign)
+            reserved = runner[1].get("reserved_mb") if runner is not None else None
+            processes = process_table(nvml.gpus, self.campaign, reserved, self.runner_pid)
+            if processes is None:
+                widget.update(table)
+            else:
+                heading = Text("Processes (NVML, every few seconds)", style="bold")
+                widget.update(Group(table, Text(""), heading, processes))
         if runner is not None:
             self.query_one("#runner", Static).update(runner_table(*runner))
         self.query_one("#history", Sparkline).data = list(history)
@@ -98,6 +156,7 @@ class CountersPane(VerticalScroll):
 
     def show_saved(self, environment: dict[str, Any], peaks: list[float]) -> None:
         """A saved record has no live samples: its devices, and each phase's peak as history."""
+        self.campaign = campaign_gpus(environment)
         devices = environment.get("devices") or []
         if devices:
             table = Table(box=None, padding=(0, 1))
