@@ -4,6 +4,19 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
-# The demo campaigns live beside the package in a source checkout (installed with `pip install -e .`).
-CAMPAIGNS_DIR = Path(__file__).resolve().parent.parent / "campaigns"
+# The demo campaigns ship inside the package (`pilot_tui/campaigns/`), so a plain `pip install .`
+# can run them; a source checkout keeps the readable copy at the top (`campaigns/`, identical,
+# checked by a test) and uses it, with its `records/` folder beside it.
+PACKAGED_CAMPAIGNS = Path(__file__).resolve().parent / "campaigns"
+_CHECKOUT_CAMPAIGNS = Path(__file__).resolve().parent.parent / "campaigns"
+CAMPAIGNS_DIR = _CHECKOUT_CAMPAIGNS if (_CHECKOUT_CAMPAIGNS / "demo.toml").is_file() else PACKAGED_CAMPAIGNS
 DEMO_CAMPAIGN = CAMPAIGNS_DIR / "demo.toml"
+
+
+def default_records_dir(campaign: Path) -> Path:
+    """`<campaign dir>/records`; for a campaign shipped inside the installed package, `./records`
+    (an install folder is no place for a user's records, and may not be writable)."""
+    folder = Path(campaign).resolve().parent
+    if folder == PACKAGED_CAMPAIGNS:
+        return Path.cwd() / "records"
+    return folder / "records"

@@ -15,7 +15,7 @@ from .session import BadInputError, Session
 from .spec import SpecError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-SUBCOMMANDS = ("run", "open", "export", "plan", "note", "conclude")
+SUBCOMMANDS = ("run", "open", "export", "plan", "note", "conclude", "init")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +51,27 @@ def _parser() -> argparse.ArgumentParser:
     con.add_argument("record", type=Path)
     con.add_argument("text")
     con.add_argument("--decision", default="", help="the configuration kept, e.g. 'control'")
+    _init_parser(sub)
     return p
+
+
+def _init_parser(sub) -> None:
+    ini = sub.add_parser(
+        "init", help="write a runnable campaign for a local Hugging Face model and a JSONL data file"
+    )
+    ini.add_argument(
+        "--model", type=Path, required=True, help="local model directory (config, tokenizer, weights)"
+    )
+    ini.add_argument("--data", type=Path, required=True, help="JSONL data file")
+    ini.add_argument("--out", type=Path, default=Path("campaign.toml"), help="campaign file to write")
+    ini.add_argument("--format", choices=("messages", "prompt_completion", "text"), help="default: detected")
+    ini.add_argument("--train-on", default="assistant", choices=("assistant", "last_assistant", "all"))
+    ini.add_argument("--lr", type=float, help="control LR (default 2e-5, 2e-4 with --lora)")
+    ini.add_argument(
+        "--lora", action="store_true", help="train a LoRA adapter (peft) instead of every weight"
+    )
+    ini.add_argument("--fresh-init", action="store_true", help="pretrain from scratch (no weights needed)")
+    ini.add_argument("--force", action="store_true", help="overwrite an existing campaign file")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in or (args_in[0] not in SUBCOMMANDS and args_in[0] not in ("-h", "--help", "--version")):
         args_in = ["open", *args_in]
     args = _parser().parse_args(args_in)
+    if args.command == "init":
+        from .init_campaign import main as init_main
+
+        return init_main(args)
     try:
         if args.command == "run" and args.headless:
             from .headless import run_headless

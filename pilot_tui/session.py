@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import board
+from . import board, default_records_dir
 from .events import (
     BadInput,
     Cancel,
@@ -103,7 +103,7 @@ class Session:
         self.loaded: LoadedSpec = load_spec(spec_path)  # SpecError: bad input, nothing written
         self.spec = self.loaded.spec
         self.steps: list[Step] = campaign_steps(self.spec)
-        self.records_dir = Path(records_dir) if records_dir else self.loaded.path.parent / "records"
+        self.records_dir = Path(records_dir) if records_dir else default_records_dir(self.loaded.path)
         self.record_id = record_id or new_record_id()
         self.work_dir = self.records_dir / f"{self.spec.campaign.name}-{self.record_id}"
         self.link: Link = link if link is not None else ProcessLink()

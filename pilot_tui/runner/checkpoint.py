@@ -103,8 +103,17 @@ def restore_training_state(state: TrainState, saved: dict[str, Any]) -> None:
     set_rng_state(saved["rng"])
 
 
-def export_weights(model: torch.nn.Module, path: Path) -> dict[str, torch.Tensor]:
-    tensors = {k: v.detach().contiguous().cpu().clone() for k, v in model.state_dict().items()}
+def detached_copies(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors safetensors can write: each its own contiguous CPU copy. Tied weights (an LM head
+    sharing the embedding) share memory, which `save_file` refuses."""
+    return {k: v.detach().contiguous().cpu().clone() for k, v in tensors.items()}
+
+
+def export_weights(
+    model: torch.nn.Module, path: Path, state: Mapping[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """The model's state dict (or the task's `export_state`, e.g. a LoRA adapter) as safetensors."""
+    tensors = detached_copies(model.state_dict() if state is None else state)
     _atomic(path, lambda tmp: save_file(tensors, tmp))
     return tensors
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..reasons import exception_line
 from ..tasks.contract import CAUSAL_LM, Task
 from . import objective
 from .training import to_device
@@ -38,16 +39,28 @@ def _decode(task: Task, ids: Sequence[int]) -> str:
 
 
 def _greedy(task: Task, model: torch.nn.Module, prompt: torch.Tensor, budget: int) -> list[int]:
-    """Greedy decoding, one token at a time, from the prompt ids (1-D, on the model's device)."""
+    """Greedy decoding, one token at a time, from the prompt ids (1-D, on the model's device);
+    it stops after the task's end-of-turn / EOS token, which is part of the reply."""
     seq = prompt.clone()
     out: list[int] = []
+    stops = set(task.stop_ids)
     for _ in range(budget):
         batch = {"input_ids": seq[None], "attention_mask": torch.ones_like(seq)[None]}
         logits = objective.forward(task, model, batch)
         nxt = int(logits[0, -1].argmax())
         out.append(nxt)
+        if nxt in stops:
+            break
         seq = torch.cat([seq, torch.tensor([nxt], device=seq.device, dtype=seq.dtype)])
     return out
+
+
+def _budget(task: Task, length: int, prompt_len: int, max_length: int) -> int:
+    """Tokens to generate. A task that names its stop tokens generates until one comes (at most
+    `max_new_tokens`); otherwise as many as the control example's own response holds."""
+    if task.stop_ids:
+        return max(1, task.max_new_tokens or DEFAULT_NEW_TOKENS)
+    return length - prompt_len or max(0, min(DEFAULT_NEW_TOKENS, max_length - prompt_len))
 
 
 def _one(
@@ -59,7 +72,7 @@ def _one(
         example = task.encode_control(text)
         batch = to_device(task.collate([example], max_length), device)
     except Exception as exc:  # a bad control input is reported on its row, not a crash
-        return ControlOutput(text, "", error=f"{type(exc).__name__}: {exc}")
+        return ControlOutput(text, "", error=exception_line(exc))
     logits = objective.forward(task, model, batch)[0]
     if task.kind != CAUSAL_LM:
         cls = int(logits.argmax())
@@ -72,7 +85,7 @@ def _one(
     prompt_len = max(1, min(prompt_len, length))
     # Generate as many tokens as the control example's own response holds (its end token
     # included), so outputs are comparable without knowing the tokenizer's stop token.
-    budget = length - prompt_len or max(0, min(DEFAULT_NEW_TOKENS, max_length - prompt_len))
+    budget = _budget(task, length, prompt_len, max_length)
     try:
         new = _greedy(task, model, ids[:prompt_len], budget)
         how = "greedy"

@@ -30,6 +30,7 @@ from ..events import (
     WireMessage,
     decode,
 )
+from ..reasons import exception_line
 from .lifetime import die_with_parent
 
 COUNTER_PERIOD_S = 0.5
@@ -205,7 +206,7 @@ def serve(
             else:
                 emit(RunnerError(message=f"unexpected command {cmd.kind!r}"))
         except Exception as exc:
-            emit(RunnerError(message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()))
+            emit(RunnerError(message=exception_line(exc), traceback=traceback.format_exc()))
         emit(Idle())
     return False
 

@@ -18,9 +18,38 @@ def forward(task: Task, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     return model(batch["features"])
 
 
+def forward_name(task: Task) -> str:
+    """Where the task's forward lives, for a message the user can act on."""
+    fn = task.forward
+    if fn is None:
+        return "the default forward (model(input_ids, attention_mask) or model(features))"
+    code = getattr(fn, "__code__", None)
+    where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    return f"the task's forward {getattr(fn, '__qualname__', repr(fn))}{where}"
+
+
+def check_logits(task: Task, logits: torch.Tensor, labels: torch.Tensor) -> None:
+    """Logits must line up with the labels before any loss is computed: a forward that returns,
+    say, the last position only would otherwise fail later in torch's words, far from the cause."""
+    if not isinstance(logits, torch.Tensor):
+        raise ValueError(f"{forward_name(task)} returned {type(logits).__name__}, not a logits tensor")
+    if task.kind == CAUSAL_LM:
+        want = f"[{', '.join(map(str, labels.shape))}, vocab]"
+        ok = logits.dim() == 3 and tuple(logits.shape[:2]) == tuple(labels.shape)
+    else:
+        want = f"[{labels.shape[0]}, classes]"
+        ok = logits.dim() in (1, 2) and logits.shape[0] == labels.shape[0]  # [B] for a one-logit binary
+    if not ok:
+        raise ValueError(
+            f"{forward_name(task)} returned logits of shape {list(logits.shape)} for labels of shape "
+            f"{list(labels.shape)}: expected {want} (one row of logits per label position)"
+        )
+
+
 def targets(task: Task, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, labels) aligned one to one; causal LM shifts so position t predicts t + 1."""
     labels = batch["labels"]
+    check_logits(task, logits, labels)
     if task.kind == CAUSAL_LM:
         return logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
     return logits, labels

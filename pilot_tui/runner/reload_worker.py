@@ -31,8 +31,12 @@ def reload(args: argparse.Namespace) -> None:
     provenance = {"path": str(args.artifact), "sha256": args.sha256, "size": args.size}
     tensors = load_tensors(args.artifact, provenance)
     model = ctx.task.build_model()
-    # strict: every exported tensor must find its place and every weight must be in the file.
-    model.load_state_dict(tensors, strict=True)
+    if ctx.task.load_export is not None:
+        # e.g. a LoRA adapter applied to the base model the task builds from its directory.
+        ctx.task.load_export(model, tensors)
+    else:
+        # strict: every exported tensor must find its place and every weight must be in the file.
+        model.load_state_dict(tensors, strict=True)
     model.to(ctx.device)
     outputs = replay_controls(ctx.task, model, ctx.spec.control.inputs, ctx.max_length, ctx.device)
     write_result(

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..hashing import sha256_file
+from ..reasons import exception_line, first_line
 from .context import RunContext
 from .determinism import apply_spawn_env
 from .safe_load import load_tensors
@@ -142,11 +143,11 @@ def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str,
     """Tensors to safetensors, everything else to JSON naming the tensors file and its sha256."""
     from safetensors.torch import save_file
 
-    from .checkpoint import _atomic
+    from .checkpoint import _atomic, detached_copies
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tensor_path = out_dir / "tensors.safetensors"
-    plain = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    plain = detached_copies(tensors)  # tied weights share memory: safetensors needs copies
     _atomic(tensor_path, lambda tmp: save_file(plain, tmp))
     body = dict(result) | {
         "tensors": {
@@ -174,15 +175,15 @@ def run_worker_main(body) -> int:
     try:
         body()
     except UnsafeLoadError as exc:
-        print(f"pilot-tui worker: {exc}", file=sys.stderr)
+        print(f"pilot-tui worker: {first_line(str(exc))}", file=sys.stderr)
         return EXIT_REFUSED
     except (SpecError, TaskError, ValueError) as exc:
-        print(f"pilot-tui worker: {exc}", file=sys.stderr)
+        print(f"pilot-tui worker: {first_line(str(exc)) or exception_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:
         import traceback
 
         traceback.print_exc()
-        print(f"pilot-tui worker: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"pilot-tui worker: {exception_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     return 0

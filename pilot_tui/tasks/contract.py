@@ -42,6 +42,14 @@ class Task:
     - `label_meaning(example)`: what the example's label *means* by construction (e.g. the
       generator's class name), so a shuffled class mapping is caught (R2).
     - `set_activation_checkpointing(model, on)`: switch for the checkpointing variant (R11).
+    - `stop_ids`: token ids that end a generated reply (EOS, end of turn): the control replay
+      stops there, up to `max_new_tokens` (R16).
+    - `data_checks()`: the task's own dataset checks (`checks.Check`), added to `inspect`'s.
+    - `notes`: what the task chose for the user (e.g. which pad token), shown in the load row.
+    - `stack_check(device, precision)`: a task-specific stack probe for `stack` (R18), a dict
+      with `name`, `ok`, `error`.
+    - `export_state(model)` / `load_export(model, tensors)`: what `export` saves and how the
+      final reload applies it (e.g. a LoRA adapter alone); default: the whole state dict.
     """
 
     name: str
@@ -61,3 +69,10 @@ class Task:
     ignore_index: int = -100
     pad_id: int = 0
     time_key: str = ""
+    stop_ids: tuple[int, ...] = ()
+    max_new_tokens: int = 0
+    data_checks: Callable[[], Sequence[Any]] | None = None
+    notes: tuple[str, ...] = ()
+    stack_check: Callable[[Any, str], dict[str, Any]] | None = None
+    export_state: Callable[[torch.nn.Module], Mapping[str, torch.Tensor]] | None = None
+    load_export: Callable[[torch.nn.Module, Mapping[str, torch.Tensor]], None] | None = None

@@ -10,12 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..reasons import exception_line, first_line
 from ..spec import LoadedSpec
 from .contract import KINDS, Task
+from .hf_data import DataError
 
 BUILTINS = {
     "instruct": "pilot_tui.tasks.demo_instruct",
     "classify": "pilot_tui.tasks.demo_classify",
+    "hf_causal_lm": "pilot_tui.tasks.hf_causal_lm",
+    "hf_sequence_classification": "pilot_tui.tasks.hf_sequence_classification",
 }
 
 
@@ -24,7 +28,7 @@ class TaskError(Exception):
 
 
 def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return exception_line(exc)
 
 
 def _user_frame(exc: BaseException, file: Path) -> str:
@@ -45,6 +49,9 @@ def _factory(loaded: LoadedSpec) -> tuple[Callable[..., Any], str]:
     file = loaded.resolve(t.file)
     if not file.is_file():
         raise TaskError(f"{loaded.path}: task.file: no such file {t.file!r}")
+    # `from my_model import GPT` beside the task file must work wherever pilot-tui was started.
+    if str(file.parent) not in sys.path:
+        sys.path.insert(0, str(file.parent))
     module_name = f"pilot_user_task_{abs(hash(str(file)))}"
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
@@ -61,13 +68,29 @@ def _factory(loaded: LoadedSpec) -> tuple[Callable[..., Any], str]:
     return fn, str(file)
 
 
+def _options(loaded: LoadedSpec, fn: Callable[..., Any]) -> dict[str, Any]:
+    """`task.options`, with the paths a built-in declares (`PATH_OPTIONS`) made relative to the
+    campaign file, as every path of a campaign is."""
+    options = dict(loaded.spec.task.options)
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    for key in getattr(module, "PATH_OPTIONS", ()) if loaded.spec.task.builtin else ():
+        if isinstance(options.get(key), str):
+            options[key] = str(loaded.resolve(options[key]))
+    return options
+
+
 def load_task(loaded: LoadedSpec) -> Task:
     """Call the factory with `task.options` and check what it returned."""
     fn, origin = _factory(loaded)
     where = Path(origin) if Path(origin).is_file() else None
     try:
-        task = fn(**loaded.spec.task.options)
+        task = fn(**_options(loaded, fn))
+    except DataError as exc:
+        # A data file or model directory the user must fix: its message already names the file.
+        raise TaskError(str(exc)) from None
     except BaseException as exc:
+        if isinstance(exc, TypeError) and loaded.spec.task.builtin and "argument" in str(exc):
+            raise TaskError(f"{loaded.path}: task.options: {first_line(str(exc))}") from None
         line = _user_frame(exc, where) if where else ""
         raise TaskError(f"{origin}: {loaded.spec.task.function}() raised{line}: {_one_line(exc)}") from None
     if not isinstance(task, Task):

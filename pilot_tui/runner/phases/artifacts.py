@@ -51,9 +51,16 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
     path = _unused(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors")
-    tensors = export_weights(state.model, path)
+    own = ctx.task.export_state(state.model) if ctx.task.export_state is not None else None
+    tensors = export_weights(state.model, path, own)
     entry = artifact_entry(
-        path, "inference_weights", phase="export", variant=variant, step=state.step, format="safetensors"
+        path,
+        "inference_weights",
+        phase="export",
+        variant=variant,
+        step=state.step,
+        format="safetensors",
+        contents="adapter" if own is not None else "state_dict",
     )
     _record_artifact(ctx, entry)
     back = load_weights(path, entry)

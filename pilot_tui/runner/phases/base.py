@@ -15,6 +15,8 @@ import torch
 
 from ... import phase_table
 from ...events import PhaseFinished, PhaseStarted, RunnerError
+from ...reasons import exception_line
+from ...reasons import first_line as message_line
 from ...steps import Step
 from .. import probes
 from ..context import Cancelled, RunContext
@@ -84,7 +86,7 @@ def _run_hooks(ctx: RunContext, hooks: list, *args: Any) -> None:
         try:
             hook(ctx, *args)
         except Exception as exc:
-            ctx.emit(RunnerError(message=f"{hook.__name__}: {type(exc).__name__}: {exc}"))
+            ctx.emit(RunnerError(message=f"{hook.__name__}: {exception_line(exc)}"))
             if is_sticky(exc):
                 # No later step can run in this process: the runner ends after this step.
                 ctx.memo[POISONED_KEY] = f"{POISONED}: {first_line(exc)} in {hook.__name__}"
@@ -227,7 +229,7 @@ def _drop_partial_grads(ctx: RunContext, step: Step) -> None:
     try:
         state.optimizer.zero_grad(set_to_none=True)
     except Exception as exc:  # never hides the row
-        ctx.emit(RunnerError(message=f"could not free the gradients: {type(exc).__name__}: {exc}"))
+        ctx.emit(RunnerError(message=f"could not free the gradients: {exception_line(exc)}"))
 
 
 def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outcome:
@@ -245,12 +247,12 @@ def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outco
             stats = {}
         details = where | {
             "runner_num_ooms": int(stats.get("num_ooms", 0)),
-            "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            "error": message_line(str(exc)) or type(exc).__name__,
         }
         return Outcome(FAIL, f"out of memory in {run.step.phase}{shape}", details)
     tb = "".join(traceback.format_exception(exc)[-6:])
     return Outcome(
         FAIL,
-        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{shape}",
+        f"{exception_line(exc)}{shape}",
         where | {"traceback": tb},
     )

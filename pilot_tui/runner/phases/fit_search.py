@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ...events import RecordUpdate
+from ...reasons import first_line
 from ...rows import peak_counter
 from ...spec import FitSearchSpec
 from ...variants import ERROR, FITS, OOM, OVER_CEILING, fit_result
@@ -98,9 +99,10 @@ def try_point(
         point["status"] = OOM if oom else ERROR
         point["failed_in"] = phase_name
         point["input"] = dict(run.current_input)
-        first_line = str(failure).splitlines()[0] if str(failure) else ""
         point["reason"] = (
-            f"{'out of memory' if oom else type(failure).__name__} in {phase_name}: {first_line}"[:300]
+            f"{'out of memory' if oom else type(failure).__name__} in {phase_name}: {first_line(str(failure))}"[
+                :300
+            ]
         )
         failure = None
     gc.collect()
@@ -143,7 +145,9 @@ def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
             ctx.check_cancel()
             point = try_point(ctx, run, mb, length, longest_val)
             points.append(point)
-            ctx.progress(run.step.key, len(points), total, message=f"mb {mb} len {length}: {point['status']}")
+            ctx.progress(
+                run.step.key, len(points), total, message=f"{point_label(mb, length)}: {point['status']}"
+            )
             if point["status"] != FITS and spec.stop_at_first_failure:
                 break
     # Each point carries its own peaks; reset here so the row's peak is not the last point's.
@@ -161,7 +165,7 @@ def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
     result["train_ceiling_mb"], result["eval_ceiling_mb"] = train_ceiling, eval_ceiling
     ctx.emit(RecordUpdate(section="fit", value=result))
     details = {k: v for k, v in result.items() if k != "points"} | {
-        "points": [f"mb {p['microbatch']} len {p['max_length']}: {p['status']}" for p in points],
+        "points": [f"{point_label(p['microbatch'], p['max_length'])}: {p['status']}" for p in points],
         "memory_note": "each point carries its own peaks ([fit].points); this row's memory is after the search",
         # Off the device under every point (variants_compare.measure_alone): the control's too.
         "parked_states": list(ctx.memo.get("parked_for_fit_search", [])),
@@ -183,9 +187,18 @@ def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
         None,
     )
     summary = (
-        f"largest fitting microbatch {result['largest_microbatch']} at max length {result['max_length']} "
+        f"largest fitting microbatch {result['largest_microbatch']}{at_length(result['max_length'])} "
         f"with accumulation {result['accumulation']} (effective batch {result['effective_batch']})"
     )
     if declared is not None and declared["status"] != FITS:
         return Outcome(WARN, f"the declared microbatch {control.microbatch} does not fit; {summary}", details)
     return Outcome(reason=summary, details=details)
+
+
+def point_label(microbatch: int, max_length: int) -> str:
+    """`mb 8 len 128`; without the length where it does not apply (fixed-size features: 0)."""
+    return f"mb {microbatch} len {max_length}" if max_length else f"mb {microbatch}"
+
+
+def at_length(max_length: int) -> str:
+    return f" at max length {max_length}" if max_length else ""

@@ -29,5 +29,7 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
             "weights_mb": round(tensor_mb(params), 3),
             "dtype": str(params[0].dtype).removeprefix("torch.") if params else "",
             "model": type(state.model).__name__,
+            "trainable": f"{trainable:,} of {sum(p.numel() for p in params):,} parameters trainable",
+            "task_notes": list(ctx.task.notes),
         }
     )

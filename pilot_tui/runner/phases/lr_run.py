@@ -23,6 +23,7 @@ import torch
 from ...board import best_validation, parse_run_name
 from ...events import RecordUpdate, RunUpdate
 from ...hashing import artifact_entry
+from ...reasons import exception_line
 from ...record import write_atomic
 from ...spec import LRBoardSpec, StopSpec
 from ...steps import lr_run_name
@@ -275,13 +276,13 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
         # The run keeps its row whatever happened, then the phase row says why (R14).
         cancelled = isinstance(exc, Cancelled)
         row["status"] = "cancelled" if cancelled else "failed"
-        row["reason"] = "cancelled by the user" if cancelled else f"{type(exc).__name__}: {exc}"
+        row["reason"] = "cancelled by the user" if cancelled else exception_line(exc)
         _finish(ctx, row, t0, live)
         raise
     try:
         row["predictions"] = predictions(ctx, state, plan.run_id)
     except Exception as exc:  # the run itself is measured: keep it, say what is missing
-        row["predictions_error"] = f"{type(exc).__name__}: {exc}"
+        row["predictions_error"] = exception_line(exc)
     if row.get("predictions"):
         ctx.emit(
             RecordUpdate(

@@ -19,6 +19,7 @@ import torch
 
 from ...tasks.contract import CAUSAL_LM, Batch, Task
 from .. import objective
+from ..achievable import achievable, still_improving
 from ..context import RunContext
 from ..training import autocast, build_state, collate, train_update
 from .base import FAIL, Outcome, PhaseFailure, PhaseRun, finite, phase
@@ -186,6 +187,11 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
         ]
         targets = sum(objective.supervised_count(task, b) for _, b in batches)
         details["targets"] = targets
+        # What the subset allows: identical contexts with different labels cap recovery and loss.
+        possible = achievable(task, [b for _, b in batches])
+        need_recovery = spec.recover * possible.recovery
+        need_loss = spec.loss_below + possible.min_loss
+        details |= possible.as_dict() | {"recover_needed": round(need_recovery, 6)}
         if targets == 0:
             raise PhaseFailure(
                 f"the {len(subset)} examples of the tiny subset have no supervised target: there is "
@@ -216,9 +222,9 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
                 )
             if not finite(grad_norm):
                 skipped += 1  # fp16: the gradient scaler skips this step and lowers its scale
-            if loss < spec.loss_below:
+            if loss < need_loss:
                 m = measure(task, state.model, batches, config.precision)
-                if m.loss < spec.loss_below and m.recovered >= spec.recover:
+                if m.loss < need_loss and m.recovered >= need_recovery:
                     reached = True
                     break
         final = measure(task, state.model, batches, config.precision)
@@ -248,16 +254,22 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
         f"({100 * final.recovered:.1f}%) after {step} steps on {len(subset)} training examples"
     )
     missed = []
-    if not final.loss < spec.loss_below:
-        missed.append(f"loss < {spec.loss_below:g}")
-    if final.recovered < spec.recover:
-        missed.append(f"recovery ≥ {100 * spec.recover:g}%")
-    if missed:
-        return Outcome(
-            FAIL,
-            f"{got}, short of {' and '.join(missed)}: the loop cannot learn a tiny subset, "
-            f"so {NO_RENTAL} — check the labels, the loss and overfit.lr first",
-            details,
-            params,
+    if not final.loss < need_loss:
+        missed.append(f"loss < {need_loss:.4g}")
+    if final.recovered < need_recovery:
+        missed.append(f"recovery ≥ {100 * need_recovery:.4g}%")
+    if possible.ambiguous:
+        got += (
+            f" (at most {100 * possible.recovery:.1f}% recoverable: {possible.ambiguous} targets share "
+            "their whole context with a different label)"
         )
+    if missed:
+        improving = not reached and still_improving(curve)
+        details["still_improving"] = improving
+        hint = (
+            "the loss was still improving at max_steps: raise overfit.max_steps (or overfit.lr)"
+            if improving
+            else f"the loop cannot learn a tiny subset, so {NO_RENTAL} — check the labels, the loss and overfit.lr first"
+        )
+        return Outcome(FAIL, f"{got}, short of {' and '.join(missed)}: {hint}", details, params)
     return Outcome(details=details, params=params, reason=got)

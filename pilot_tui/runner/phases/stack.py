@@ -186,6 +186,7 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
         failures.append("several GPUs are planned but this torch build has no NCCL")
     if not any(a["status"] == "usable" for a in attention):
         warns.append("no scaled-dot-product attention backend ran")
+    task_probe(ctx, details, failures)
     details["failures"] = failures
     details["warnings"] = warns
     if failures:
@@ -199,3 +200,13 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
         f"{', '.join(usable)}; {n_ext} extension{'s' if n_ext != 1 else ''} imported"
     )
     return Outcome(PASS, reason, details)
+
+
+def task_probe(ctx: RunContext, details: dict[str, Any], failures: list[str]) -> None:
+    """The task's own stack probe (e.g. its attention implementation run for real)."""
+    if ctx.task.stack_check is None:
+        return
+    probe = ctx.task.stack_check(ctx.device, ctx.spec.batch.precision)
+    details["task_probe"] = probe
+    if not probe.get("ok", False):
+        failures.append(f"{probe.get('name', 'task probe')} does not run ({probe.get('error', '')})")

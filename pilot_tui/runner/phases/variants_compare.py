@@ -17,6 +17,7 @@ import torch
 from ... import phase_table
 from ... import variants as vmath
 from ...events import RecordUpdate
+from ...reasons import exception_line
 from ...rows import read_rows
 from ...steps import Step
 from ...tasks.contract import CAUSAL_LM
@@ -106,7 +107,7 @@ def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
             # Kept apart: autocast's low-precision weight copies are not activations (R11).
             breakdown["saved_weight_casts_mb"] = round(saved["weight_casts"] / MIB, 3)
         except Exception as exc:  # e.g. the same out of memory again: the entry still goes out
-            breakdown["saved_activations_note"] = f"not measured: {type(exc).__name__}: {exc}"[:200]
+            breakdown["saved_activations_note"] = f"not measured: {exception_line(exc)}"[:200]
     else:
         breakdown["memory_note"] = (
             "no training state left to measure (the variant failed before building one)"
