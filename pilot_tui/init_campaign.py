@@ -406,7 +406,9 @@ def init_campaign(
         raise InitError(f"{out}: already exists (use --force to overwrite)")
     with hf_model.quiet():
         found = inspect_inputs(model, data, fmt=fmt, train_on=train_on, fresh_init=fresh_init)
-    lr = lr or (2e-4 if lora else (1e-3 if fresh_init else 2e-5))
+    # A toy or from-scratch model learns at a far higher LR than a pretrained one fine-tuned.
+    small = found.weight_bytes < SMALL_MODEL_BYTES
+    lr = lr or (2e-4 if lora else (1e-3 if fresh_init or small else 2e-5))
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{model.resolve().name}-{data.stem}").strip("-") or "campaign"
     text = render(
         found,

@@ -156,8 +156,6 @@ def load_lm_examples(
         raise DataError(f"task.options.format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     examples = []
     for number, obj in read_jsonl(path, limit):
-        if group_field and group_field not in obj:
-            raise DataError(f"{path}: line {number}: missing group field {group_field!r}")
         ex: dict[str, Any] = {
             "id": str(obj.get("id", f"line{number}")),
             "line": number,
@@ -174,6 +172,8 @@ def load_lm_examples(
             ex["text"] = _text(path, number, obj, text_field)
             if not ex["text"].strip():
                 raise DataError(f"{path}: line {number}: empty {text_field!r}")
+        if group_field and group_field not in obj:
+            raise DataError(f"{path}: line {number}: missing group field {group_field!r}")
         examples.append(ex)
     return examples
 

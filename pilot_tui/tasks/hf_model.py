@@ -221,6 +221,7 @@ def check_attention(
             for key, value in _SHRINK.items():
                 if hasattr(config, key):
                     setattr(config, key, value)
+            config.pad_token_id = 0  # a classifier head needs one; the probe's ids are random anyway
             kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
             model = getattr(transformers, auto_class).from_config(config, **kwargs).to(device)
             ids = torch.randint(0, 128, (2, 16), device=device)
