@@ -1,6 +1,7 @@
 """Steady-phase overhead: the pilot's real steady path against a bare PyTorch loop.
 
     .venv/bin/python benchmarks/overhead.py [--campaign campaigns/demo.toml] [--updates 20] [--rounds 10]
+    .venv/bin/python benchmarks/overhead.py --hf      # the built-in hf_causal_lm task (needs the [hf] extra)
 
 Pilot side: the runner's own `execute()` of the `steady` step — `train_update` per update, the
 MemoryProbe around the phase, progress events serialised through the runner's event channel, the
@@ -11,6 +12,11 @@ Bare side: a plain loop a user would write — collate, to(device), forward, sum
 divided by the update's supervised count, backward per microbatch, clip, AdamW step, scheduler
 step — on the same architecture and seed, the same batches in the same order, the same
 accumulation. Nothing is read back inside the loop.
+
+With `--hf` the campaign is the one `pilot-tui init` writes for a 2-layer Llama (hidden 128) and a
+tokenizer trained on the spot on generated chats (tests/hf/build.py, nothing from a hub): the
+pilot runs the built-in `hf_causal_lm` task, the bare side is a plain transformers loop
+(`model(input_ids, attention_mask).logits`, the same summed cross-entropy).
 
 All run in this process; the order of the arms rotates every round so drift and the machine's
 other load hit each alike. A second, identical bare loop is the null arm: its ratio to the first
@@ -74,7 +80,12 @@ class BareLoop:
     def loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         task: Task = self.task
         if task.kind == CAUSAL_LM:
-            logits = self.model(batch["input_ids"], batch["attention_mask"])
+            if task.forward is not None:  # a transformers model returns an output object
+                logits = self.model(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                ).logits
+            else:
+                logits = self.model(batch["input_ids"], batch["attention_mask"])
             return F.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.shape[-1]),
                 batch["labels"][:, 1:].reshape(-1),
@@ -120,7 +131,11 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=10, help="rounds per side, interleaved")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    parser.add_argument("--hf", action="store_true", help="the hf_causal_lm task on a tiny local Llama")
     args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory()
+    if args.hf:
+        args.campaign = hf_campaign(Path(scratch.name))
     if args.threads:
         # On a shared machine, fewer threads than cores avoids spin-waiting against other load.
         torch.set_num_threads(args.threads)
@@ -195,7 +210,28 @@ def main() -> int:
             f"  warning: the noise floor is beyond ±3% (load average {load:.1f} on {os.cpu_count()} "
             f"cores): the machine is too busy for this comparison; rerun it quieter or with --threads 1"
         )
+    scratch.cleanup()
     return 0
+
+
+def hf_campaign(folder: Path) -> Path:
+    """A tiny Llama, a tokenizer trained on generated chats, and the campaign `init` writes."""
+    sys.path.insert(0, str(REPO / "tests" / "hf"))
+    import build
+    from pilot_tui.init_campaign import init_campaign
+
+    rows = build.chat_rows(n=160)
+    data = build.write_jsonl(folder / "chat.jsonl", rows)
+    model = build.causal_lm(
+        folder / "llama",
+        build.chat_texts(rows),
+        tied=True,
+        template=build.PLAIN_TEMPLATE,
+        pad="</s>",
+        hidden=128,
+    )
+    path, _ = init_campaign(model, data, folder / "campaign.toml")
+    return path
 
 
 if __name__ == "__main__":

@@ -95,15 +95,17 @@ def train_tokenizer(texts: list[str], template: str, pad: str | None):
     return fast
 
 
-def causal_lm(folder: Path, texts: list[str], *, tied: bool, template: str, pad: str | None) -> Path:
+def causal_lm(
+    folder: Path, texts: list[str], *, tied: bool, template: str, pad: str | None, hidden: int = 32
+) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = train_tokenizer(texts, template, pad)
     config = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
