@@ -55,3 +55,15 @@ def hf(tmp_path_factory) -> HFModels:
         classifier=build.classifier(root / "classifier", sent_texts, {0: "negative", 1: "positive"}),
         classifier_shuffled=build.classifier(root / "shuffled", sent_texts, {0: "positive", 1: "negative"}),
     )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """In-process runs use one thread, as the runner does beside a busy view: OpenMP threads spin
+    while they wait, and on a shared 2-core machine they slow each other down many times over."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
