@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent.parent / "pilot_tui"
-RUNNER_SIDE = ("runner", "tasks")  # own torch (in the runner process)
+# Own torch (in the runner process); campaigns/ holds the shipped example task file.
+RUNNER_SIDE = ("runner", "tasks", "campaigns")
 
 PROBE = """
 import importlib, json, sys
