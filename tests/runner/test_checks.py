@@ -413,9 +413,12 @@ def test_each_broken_campaign_fails_exactly_its_gate(name, tmp_path_factory):
         assert failed == [gate], {k: r["reason"] for k, r in rows.items()}
         assert verdicts(rows[gate])[check] == "fail"
         if name == "broken-unmasked-prompt":
-            # Skipped in the campaign, and the file says why: it would fail for the same cause.
-            # Four examples are enough to show it: after <bos> the prompt's first letter
-            # ("rev", "sort", "up") cannot be predicted, however long the loop runs.
+            # Skipped in the campaign, and the file says why. Four examples are enough to show it:
+            # after <bos> the prompt's first letter ("rev", "sort", "up") cannot be predicted,
+            # however long the loop runs — the gate counts those targets as unrecoverable and
+            # judges the loop against what the subset allows (issue 12), not against 100 %.
             assert "overfit" not in rows
             row = pilot.run("overfit", {"overfit_examples": 4, "overfit_max_steps": 40})
-            assert row["verdict"] == "fail" and row["details"]["recovered"] < 1.0
+            d = row["details"]
+            assert d["recovered"] < 1.0 and d["ambiguous_targets"] > 0 and d["achievable_recovery"] < 1.0
+            assert d["recovered"] >= d["recover_needed"] or row["verdict"] == "fail"

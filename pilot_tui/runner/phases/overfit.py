@@ -267,7 +267,8 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
         improving = not reached and still_improving(curve)
         details["still_improving"] = improving
         hint = (
-            "the loss was still improving at max_steps: raise overfit.max_steps (or overfit.lr)"
+            "the loss was still improving at max_steps — raise overfit.max_steps (or overfit.lr) before "
+            f"concluding (if the loop cannot learn a tiny subset, {NO_RENTAL})"
             if improving
             else f"the loop cannot learn a tiny subset, so {NO_RENTAL} — check the labels, the loss and overfit.lr first"
         )
