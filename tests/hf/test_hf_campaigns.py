@@ -104,6 +104,14 @@ def _short_run(spec: Path, tmp_path: Path) -> dict[str, dict]:
         torch.set_num_threads(threads)
 
 
+def test_train_on_all_declares_a_supervised_prompt(hf, tmp_path):
+    out = tmp_path / "campaign.toml"
+    assert init(hf.untied_marked, hf.chat, out, "--train-on", "all") == 0
+    spec = load_spec(out).spec
+    assert spec.task.supervise_prompt and spec.task.options["train_on"] == "all"
+    assert init(hf.untied_marked, hf.chat, out) == 2  # an existing campaign is not overwritten
+
+
 def test_init_then_run_with_generation_markers_and_untied_embeddings(hf, tmp_path):
     out = tmp_path / "campaign.toml"
     assert init(hf.untied_marked, hf.chat, out) == 0

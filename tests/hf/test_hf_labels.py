@@ -169,3 +169,9 @@ def test_classification_names_come_from_id2label_and_unknown_labels_are_named(hf
         DataError, match=r"data.jsonl: line 2: label 'neutral' is not in the model config's label2id"
     ):
         hf_sequence_classification.make_task(str(hf.classifier), str(bad))
+
+
+def test_a_missing_optional_dependency_names_the_extra(hf, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "peft", None)  # as if `[hf]` lacked it
+    with pytest.raises(DataError, match=r"need 'peft': pip install 'pilot-tui\[hf\]'"):
+        hf_causal_lm.make_task(str(hf.tied_plain), str(hf.chat), lora={"r": 2}).build_model()
