@@ -209,7 +209,11 @@ def test_a_bad_model_dir_under_run_is_one_bad_input_line(hf, tmp_path):
     from pilot_tui.runner.main import Channel, _open
 
     out = io.StringIO()
-    _open(OpenCampaign(spec_path=str(spec), work_dir=str(tmp_path / "work")), Channel(out), threading.Event())
+    _open(
+        OpenCampaign(spec_path=str(spec), work_dir=str(tmp_path / "work")),
+        Channel(out).emit,
+        threading.Event(),
+    )
     events = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [e["kind"] for e in events] == ["bad_input"]
     assert events[0]["message"] == f"{tmp_path / 'no-such-model'}: model directory not found"
