@@ -218,6 +218,7 @@ def hf_campaign(folder: Path) -> Path:
     """A tiny Llama, a tokenizer trained on generated chats, and the campaign `init` writes."""
     sys.path.insert(0, str(REPO / "tests" / "hf"))
     import build
+
     from pilot_tui.init_campaign import init_campaign
 
     rows = build.chat_rows(n=160)
