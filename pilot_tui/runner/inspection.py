@@ -55,6 +55,48 @@ def _listing(task: Task, indices: Sequence[int]) -> str:
 
 
 # ------------------------------------------------------------------------------------------
+# The model's output size, from one forward of the shown batch
+
+
+@dataclass
+class ModelOutput:
+    """The size of the logits' last dimension (vocabulary or classes), or why it is unknown."""
+
+    size: int | None
+    error: str = ""
+    how: str = ""
+
+
+def model_output(task: Task, batch: Batch, device: torch.device, seed: int = 0) -> ModelOutput:
+    """One forward of `batch`: first on the meta device (shapes only, nothing allocated, no
+    weights read), else for real on `device`, seeded, with the RNG left as found."""
+    from . import objective
+
+    try:
+        with torch.device("meta"):
+            model = task.build_model()
+        with torch.no_grad():
+            logits = objective.forward(task, model, {k: v.to("meta") for k, v in batch.items()})
+        return ModelOutput(int(logits.shape[-1]), how="meta")
+    except Exception:
+        pass  # user code that needs real tensors (weights read from disk, .item(), …)
+    saved = torch.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = task.build_model().to(device)
+        model.eval()
+        with torch.no_grad():
+            logits = objective.forward(task, model, {k: v.to(device) for k, v in batch.items()})
+        return ModelOutput(int(logits.shape[-1]), how=str(device))
+    except Exception as exc:  # user code: the check says what broke
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return ModelOutput(None, f"one forward of the shown batch failed: {type(exc).__name__}: {first}")
+    finally:
+        torch.set_rng_state(saved)
+        del saved
+
+
+# ------------------------------------------------------------------------------------------
 # Causal LM: the whole-dataset scan
 
 
@@ -72,6 +114,19 @@ class LMScan:
     # None when the collate gives no `prompt_length`.
     prompt_length: list[int] | None
     prompt_supervised: list[bool] | None
+    # Alignment: supervised real positions whose label is not the input id there; of those,
+    # how many equal the *next* input id (labels shifted a second time) and the first one.
+    misaligned: list[int]
+    shifted: list[int]
+    first_misaligned: list[int]
+    # The first response token (position prompt_length) ignored while later ones count.
+    boundary_masked: list[bool]
+    # Supervised pad_id positions the attention mask calls real (see `_pad_targets`).
+    pad_targets: list[int]
+    # Largest and smallest supervised label (ignore_index excluded) and its position.
+    label_max: list[int]
+    label_max_at: list[int]
+    label_min: list[int]
 
     @property
     def response_cut(self) -> list[bool]:
@@ -82,6 +137,20 @@ def _real_mask(batch: Batch) -> torch.Tensor:
     if "attention_mask" in batch:
         return batch["attention_mask"].bool()
     return torch.ones_like(batch["input_ids"], dtype=torch.bool)
+
+
+def _pad_targets(ids: torch.Tensor, counted: torch.Tensor, real: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Per row: supervised positions inside the leading or trailing run of `pad_id` that the
+    attention mask calls real (padding the mask does not mark). The first token of a trailing
+    run is spared: many tokenizers pad with their EOS id, and one EOS is a legitimate target.
+    `counted` and `real` are over positions 1.. (the shift)."""
+    is_pad = ids == pad_id
+    # A run reaches the end when every position from it to the end is a pad: a reversed cumprod.
+    trailing = is_pad.flip(1).long().cumprod(1).flip(1).bool()
+    leading = is_pad.long().cumprod(1).bool()
+    first_trailing = trailing & ~torch.cat([torch.zeros_like(trailing[:, :1]), trailing[:, :-1]], 1)
+    pads = ((trailing & ~first_trailing) | leading)[:, 1:]
+    return (pads & counted & real[:, 1:]).sum(1)
 
 
 def scan_lm(task: Task, max_length: int) -> LMScan:
@@ -98,14 +167,44 @@ def scan_lm(task: Task, max_length: int) -> LMScan:
         out["padding_supervised"] += (counted & ~real[:, 1:]).sum(1).tolist()
         same = (labels == ids) | ~real
         out["copied"] += (same.all(1) & (real.sum(1) > 1)).tolist()
+        # The runner shifts once, so a supervised label must be the input id at its own position.
+        checked = counted & real[:, 1:]
+        wrong = checked & (labels[:, 1:] != ids[:, 1:])
+        nxt = torch.cat([ids[:, 2:], torch.full_like(ids[:, :1], -1)], 1)  # the next input id
+        out["misaligned"] += wrong.sum(1).tolist()
+        out["shifted"] += (wrong & (labels[:, 1:] == nxt)).sum(1).tolist()
+        width = wrong.shape[1]
+        first = torch.where(
+            wrong.any(1), wrong.float().argmax(1) + 1, torch.full_like(wrong[:, 0], -1, dtype=torch.long)
+        )
+        out["first_misaligned"] += first.tolist()
+        out["pad_targets"] += _pad_targets(ids, counted, real, task.pad_id).tolist()
+        sup = labels[:, 1:].masked_fill(~counted, -(2**62))
+        top = sup.max(1) if width else None
+        if top is not None:
+            out["label_max"] += top.values.tolist()
+            out["label_max_at"] += (top.indices + 1).tolist()
+            out["label_min"] += labels[:, 1:].masked_fill(~counted, 2**62).min(1).values.tolist()
+        else:
+            out["label_max"] += [-1] * len(ids)
+            out["label_max_at"] += [0] * len(ids)
+            out["label_min"] += [0] * len(ids)
         if "prompt_length" in batch and has_prompt:
             plen = batch["prompt_length"].reshape(-1)
             positions = torch.arange(1, ids.shape[1])
             in_prompt = positions[None, :] < plen[:, None]
             out["prompt_length"] += plen.tolist()
             out["prompt_supervised"] += (counted & in_prompt).any(1).tolist()
+            # Off by one at the boundary: the first response token is ignored although a later
+            # response token counts (a prompt mask one token too long).
+            at = (plen - 1).clamp(0, max(width - 1, 0))
+            inside = (plen >= 1) & (plen < real.sum(1))
+            first_ignored = ~counted.gather(1, at[:, None].long()).squeeze(1) if width else inside
+            later = (counted & (positions[None, :] > plen[:, None])).any(1)
+            out["boundary_masked"] += (inside & first_ignored & later).tolist()
         else:
             has_prompt = False
+            out["boundary_masked"] += [False] * len(ids)
         if "raw_length" in batch and has_raw:
             out["raw_length"] += batch["raw_length"].reshape(-1).tolist()
         else:
@@ -124,6 +223,14 @@ def scan_lm(task: Task, max_length: int) -> LMScan:
         copied=[bool(x) for x in out["copied"]],
         prompt_length=[int(x) for x in out["prompt_length"]] if has_prompt else None,
         prompt_supervised=[bool(x) for x in out["prompt_supervised"]] if has_prompt else None,
+        misaligned=[int(x) for x in out["misaligned"]],
+        shifted=[int(x) for x in out["shifted"]],
+        first_misaligned=[int(x) for x in out["first_misaligned"]],
+        boundary_masked=[bool(x) for x in out["boundary_masked"]] if has_prompt else [False] * len(indices),
+        pad_targets=[int(x) for x in out["pad_targets"]],
+        label_max=[int(x) for x in out["label_max"]],
+        label_max_at=[int(x) for x in out["label_max_at"]],
+        label_min=[int(x) for x in out["label_min"]],
     )
 
 
@@ -134,9 +241,12 @@ def _supervised_untruncated(task: Task, indices: Sequence[int]) -> list[int]:
     return counts
 
 
-def lm_checks(task: Task, scan: LMScan, max_length: int, supervise_prompt: bool) -> list[Check]:
-    """Zero supervision (fail), prompt supervision against the declaration (fail), supervised
-    padding (fail), responses cut by `max_length` (warn)."""
+def lm_checks(
+    task: Task, scan: LMScan, max_length: int, supervise_prompt: bool, output: ModelOutput | None = None
+) -> list[Check]:
+    """Zero supervision (fail), prompt supervision against the declaration (fail), labels not
+    aligned with the inputs (fail), the prompt/response boundary (fail), supervised padding
+    (fail), labels beyond the model's output (fail), responses cut by `max_length` (warn)."""
     n = len(scan.indices)
     checks = []
 
@@ -166,20 +276,37 @@ def lm_checks(task: Task, scan: LMScan, max_length: int, supervise_prompt: bool)
 
     checks.append(_prompt_check(task, scan, supervise_prompt))
 
-    padded = [i for i, p in zip(scan.indices, scan.padding_supervised, strict=True) if p > 0]
+    checks.append(_alignment_check(task, scan))
+    if scan.prompt_length is not None:
+        checks.append(_boundary_check(task, scan))
+
+    masked = [i for i, p in zip(scan.indices, scan.padding_supervised, strict=True) if p > 0]
+    unmarked = [i for i, p in zip(scan.indices, scan.pad_targets, strict=True) if p > 0]
+    padded = sorted(set(masked) | set(unmarked))
     if padded:
+        parts = []
+        if masked:
+            parts.append(f"{len(masked)} on positions the attention mask marks as padding")
+        if unmarked:
+            positions = sum(scan.pad_targets[i] for i in unmarked)
+            parts.append(
+                f"{len(unmarked)} on {positions} pad_id ({task.pad_id}) positions at the ends of rows that "
+                "the attention mask calls real"
+            )
         checks.append(
             Check(
                 "padding_supervised",
                 FAIL,
-                f"{len(padded)} of {n} examples have padding positions counted in the loss "
-                f"(labels not set to {task.ignore_index} on padding) — e.g. {_listing(task, padded)}",
+                f"{len(padded)} of {n} examples have padding counted in the loss ({'; '.join(parts)}; "
+                f"labels not set to {task.ignore_index} on padding) — e.g. {_listing(task, padded)}",
                 len(padded),
                 _ids(task, padded),
             )
         )
     else:
         checks.append(Check("padding_supervised", PASS, "no padding position is counted in the loss"))
+
+    checks.append(_lm_range_check(task, scan, output))
 
     cut = [i for i, c in zip(scan.indices, scan.response_cut, strict=True) if c]
     if cut:
@@ -197,6 +324,110 @@ def lm_checks(task: Task, scan: LMScan, max_length: int, supervise_prompt: bool)
     else:
         checks.append(Check("responses_cut", PASS, f"no response is cut by max_length {max_length}"))
     return checks
+
+
+def _at(task: Task, i: int, position: int) -> str:
+    return f"{example_id(task, i)} position {position}"
+
+
+def _alignment_check(task: Task, scan: LMScan) -> Check:
+    """A supervised label must be the input id at the same position: the runner shifts once."""
+    n = len(scan.indices)
+    if task.loss is not None:
+        return Check(
+            "label_alignment",
+            PASS,
+            "the task has its own loss: labels are read by it, alignment with input_ids is not checked",
+        )
+    wrong = [i for i, m in zip(scan.indices, scan.misaligned, strict=True) if m > 0]
+    if not wrong:
+        return Check(
+            "label_alignment",
+            PASS,
+            "every supervised label is the input id at its own position (shifted once)",
+        )
+    positions = sum(scan.misaligned[i] for i in wrong)
+    shifted = sum(scan.shifted[i] for i in wrong)
+    first = wrong[0]
+    example = f"{_at(task, first, scan.first_misaligned[first])}"
+    if shifted >= 0.8 * positions:
+        what = (
+            f"labels shifted a second time: in {len(wrong)} of {n} examples {shifted} of {positions} "
+            "misplaced supervised labels are the *next* input token, and the runner shifts again "
+            "(position t predicts t + 1), so the model learns to predict two tokens ahead — keep "
+            "labels aligned with input_ids (labels = input_ids, masked), do not shift them"
+        )
+    else:
+        what = (
+            f"{positions} supervised labels in {len(wrong)} of {n} examples are not the input id at "
+            "their position: the runner shifts once, so labels must be aligned with input_ids"
+        )
+    return Check(
+        "label_alignment",
+        FAIL,
+        f"{what} — first at {example}; e.g. {_listing(task, wrong)}",
+        len(wrong),
+        _ids(task, wrong),
+    )
+
+
+def _boundary_check(task: Task, scan: LMScan) -> Check:
+    assert scan.prompt_length is not None
+    n = len(scan.indices)
+    wrong = [i for i, b in zip(scan.indices, scan.boundary_masked, strict=True) if b]
+    if not wrong:
+        return Check("response_boundary", PASS, "the first response token is a target in every example")
+    first = wrong[0]
+    return Check(
+        "response_boundary",
+        FAIL,
+        f"{len(wrong)} of {n} examples ignore their first response token although later ones count "
+        f"(position prompt_length = {scan.prompt_length[first]} in {example_id(task, first)}): the prompt "
+        f"mask is one token too long — e.g. {_listing(task, wrong)}",
+        len(wrong),
+        _ids(task, wrong),
+    )
+
+
+def _lm_range_check(task: Task, scan: LMScan, output: ModelOutput | None) -> Check:
+    """Labels must index the model's output: an id ≥ its size raises `IndexError` on CPU and a
+    device-side assert on a GPU, mid-campaign."""
+    n = len(scan.indices)
+    low = [i for i, v in zip(scan.indices, scan.label_min, strict=True) if v < 0 and scan.supervised[i]]
+    if output is not None and output.size is None:
+        return Check("label_range", FAIL, f"{output.error}: training will fail the same way")
+    if output is None:
+        if low:
+            return Check(
+                "label_range",
+                FAIL,
+                f"{len(low)} of {n} examples have negative labels other than ignore_index "
+                f"{task.ignore_index} — e.g. {_listing(task, low)}",
+                len(low),
+                _ids(task, low),
+            )
+        return Check(
+            "label_range", PASS, "no model forward was run: labels not checked against its output size"
+        )
+    size = output.size
+    high = [i for i, v in zip(scan.indices, scan.label_max, strict=True) if v >= size]
+    bad = sorted(set(high) | set(low))
+    if not bad:
+        return Check(
+            "label_range", PASS, f"every supervised label is in [0, {size}) (the model's output size)"
+        )
+    values = sorted({scan.label_max[i] for i in high} | {scan.label_min[i] for i in low})
+    first = high[0] if high else low[0]
+    return Check(
+        "label_range",
+        FAIL,
+        f"{len(bad)} of {n} examples have supervised labels outside [0, {size}) — the model outputs "
+        f"{size} logits (one forward of the shown batch) — values {values[:SHOW_IDS]}, first at "
+        f"{_at(task, first, scan.label_max_at[first])}: the loss raises IndexError (a device-side assert "
+        f"on a GPU) — e.g. {_listing(task, bad)}",
+        len(bad),
+        _ids(task, bad),
+    )
 
 
 def _prompt_check(task: Task, scan: LMScan, supervise_prompt: bool) -> Check:
@@ -352,8 +583,12 @@ def _lm_flags(scan: LMScan, k: int) -> list[str]:
         flags.append("prompt supervised")
     if scan.response_cut[k]:
         flags.append("response cut")
-    if scan.padding_supervised[k]:
+    if scan.padding_supervised[k] or scan.pad_targets[k]:
         flags.append("padding supervised")
+    if scan.misaligned[k]:
+        flags.append(f"label not aligned with input (position {scan.first_misaligned[k]})")
+    if scan.boundary_masked[k]:
+        flags.append("first response token masked")
     return flags
 
 
@@ -389,13 +624,19 @@ def class_names_in_use(task: Task, declared: Sequence[str]) -> list[str]:
     return list(declared) if declared else list(task.class_names or [])
 
 
-def classification_checks(task: Task, scan: ClassScan, declared: Sequence[str]) -> list[Check]:
-    """Label range (fail), declared names against the task's (fail), a name used twice (fail),
-    names against what the labels mean (fail, first mismatching ids), a class never seen (warn)."""
+def classification_checks(
+    task: Task, scan: ClassScan, declared: Sequence[str], output: ModelOutput | None = None
+) -> list[Check]:
+    """Label range against the names (fail) and the model's output (fail), declared names
+    against the task's (fail), a name used twice (fail), names against what the labels mean —
+    `label_meaning` or an example field holding the names (fail; warn when nothing ties ids to
+    meanings), a single class (fail), a class never seen (warn)."""
     names = class_names_in_use(task, declared)
     n = len(scan.indices)
     checks = []
     ncls = len(names)
+    if output is not None:
+        checks.append(_class_output_check(task, scan, output))
     if ncls:
         bad = [i for i, y in zip(scan.indices, scan.labels, strict=True) if not 0 <= y < ncls]
         if bad:
@@ -424,6 +665,8 @@ def classification_checks(task: Task, scan: ClassScan, declared: Sequence[str]) 
 
     if scan.meanings is not None and ncls:
         checks.append(_meaning_check(task, scan, names))
+    if ncls:
+        checks.append(_name_field_check(task, scan, names))
 
     task_names = list(task.class_names or [])
     twice = sorted({x for x in task_names if task_names.count(x) > 1})
@@ -454,8 +697,21 @@ def classification_checks(task: Task, scan: ClassScan, declared: Sequence[str]) 
         source = "declared" if declared else "the task's"
         checks.append(Check("class_names", PASS, f"{ncls} class names ({source}), each used once"))
 
+    counts = collections.Counter(scan.labels)
+    if n > 1 and len(counts) == 1:
+        (only,) = counts
+        checks.append(
+            Check(
+                "single_class",
+                FAIL,
+                f"every one of the {n} labels is class {only}"
+                + (f" {names[only]!r}" if 0 <= only < ncls else "")
+                + ": a model that always answers it reaches the best loss, and nothing is learnt "
+                "(check the label column and the collate)",
+                n,
+            )
+        )
     if ncls:
-        counts = collections.Counter(scan.labels)
         unseen = [k for k in range(ncls) if counts[k] == 0]
         if unseen:
             checks.append(
@@ -471,6 +727,100 @@ def classification_checks(task: Task, scan: ClassScan, declared: Sequence[str]) 
         else:
             checks.append(Check("class_coverage", PASS, f"each of the {ncls} classes appears in the labels"))
     return checks
+
+
+def _class_output_check(task: Task, scan: ClassScan, output: ModelOutput) -> Check:
+    """Class ids must index the model's logits; a one-logit (BCE) head takes 0 and 1."""
+    if output.size is None:
+        return Check("label_range_model", FAIL, f"{output.error}: training will fail the same way")
+    size = 2 if output.size == 1 else output.size
+    bad = [i for i, y in zip(scan.indices, scan.labels, strict=True) if not 0 <= y < size]
+    head = "one logit (a binary head: labels 0 and 1)" if output.size == 1 else f"{output.size} logits"
+    if not bad:
+        return Check("label_range_model", PASS, f"every label is in [0, {size}): the model outputs {head}")
+    values = sorted({scan.labels[i] for i in bad})
+    return Check(
+        "label_range_model",
+        FAIL,
+        f"{len(bad)} of {len(scan.indices)} labels are outside [0, {size}) but the model outputs {head} "
+        f"(values {values[:SHOW_IDS]}): the loss raises IndexError (a device-side assert on a GPU) — "
+        f"e.g. {_listing(task, bad)}",
+        len(bad),
+        _ids(task, bad),
+    )
+
+
+def _norm_name(value: Any) -> str:
+    return " ".join(str(value).split()).casefold()
+
+
+def name_fields(task: Task, names: Sequence[str]) -> list[str]:
+    """Example fields whose values are class names: every example holds one of `names` there,
+    and at least two different ones (a `label` / `category` column kept beside the ids)."""
+    known = {_norm_name(x) for x in names}
+    first = task.examples[0] if task.examples else {}
+    out = []
+    for key, value in first.items():
+        if not isinstance(value, str):
+            continue
+        seen = set()
+        for ex in task.examples:
+            v = ex.get(key)
+            if not isinstance(v, str) or _norm_name(v) not in known:
+                break
+            seen.add(_norm_name(v))
+        else:
+            if len(seen) > 1:
+                out.append(str(key))
+    return out
+
+
+def _name_field_check(task: Task, scan: ClassScan, names: Sequence[str]) -> Check:
+    """names[id] against an example field that holds the names; "unverified" when nothing can."""
+    fields = name_fields(task, names)
+    if not fields:
+        if scan.meanings is not None:
+            return Check(
+                "name_field", PASS, "no example field holds the class names (label_meaning checks them)"
+            )
+        return Check(
+            "name_field",
+            WARN,
+            "mapping unverified: nothing ties the class ids to their names (no task.label_meaning and no "
+            "example field holding the names) — read id -> name on the shown examples before trusting it",
+        )
+    best: tuple[str, list[int]] | None = None
+    for key in fields:
+        wrong = [
+            i
+            for i, y in zip(scan.indices, scan.labels, strict=True)
+            if 0 <= y < len(names) and _norm_name(names[y]) != _norm_name(task.examples[i][key])
+        ]
+        if best is None or len(wrong) < len(best[1]):
+            best = (key, wrong)
+    assert best is not None
+    key, wrong = best
+    if not wrong:
+        return Check("name_field", PASS, f"names[id] equals the example field {key!r} in every example")
+    by_id: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for i, y in zip(scan.indices, scan.labels, strict=True):
+        by_id[y][str(task.examples[i][key])] += 1
+    parts = [
+        f"id {k} is named {names[k]!r} but its examples say {key}={by_id[k].most_common(1)[0][0]!r}"
+        for k in sorted({scan.labels[i] for i in wrong})[:4]
+    ]
+    data_says = ", ".join(
+        f"{k}={by_id[k].most_common(1)[0][0]}" for k in sorted(by_id) if 0 <= k < len(names)
+    )
+    return Check(
+        "name_field",
+        FAIL,
+        f"the class names disagree with the example field {key!r} in {len(wrong)} of {len(scan.indices)} "
+        f"examples: {'; '.join(parts)} (the data says {data_says}; names built in another order than "
+        f"the label ids?) — e.g. {_listing(task, wrong)}",
+        len(wrong),
+        _ids(task, wrong),
+    )
 
 
 def _name(names: Sequence[str], k: int) -> str:
@@ -570,15 +920,24 @@ def inspect_task(
     show: int,
     microbatch: int,
     splits: Mapping[str, Sequence[int]],
+    output: ModelOutput | None = None,
 ) -> CheckResult:
-    """Scan the whole dataset, run the checks, render `show` examples; see docs/checks.md."""
+    """Scan the whole dataset, run the checks, render `show` examples; see docs/checks.md.
+
+    `output` is the model's output size from one forward (`model_output`); without it labels
+    are not checked against the model."""
     split_of = {i: name for name, idx in splits.items() for i in idx}
     train = list(splits.get("train", [])) or list(range(len(task.examples)))
     details: dict[str, Any] = {"kind": task.kind, "examples_scanned": len(task.examples)}
     if task.kind == CAUSAL_LM:
         scan = scan_lm(task, max_length)
-        checks = lm_checks(task, scan, max_length, supervise_prompt)
+        checks = lm_checks(task, scan, max_length, supervise_prompt, output)
+        size = output.size if output is not None else None
         offenders = [
+            next((i for i in scan.indices if scan.misaligned[i]), None),
+            next((i for i in scan.indices if scan.boundary_masked[i]), None),
+            next((i for i in scan.indices if scan.pad_targets[i]), None),
+            next((i for i in scan.indices if size is not None and scan.label_max[i] >= size), None),
             next((i for i, s in zip(scan.indices, scan.supervised, strict=True) if s == 0), None),
             next(
                 (
@@ -601,6 +960,12 @@ def inspect_task(
             "zero_supervised": sum(1 for s in scan.supervised if s == 0),
             "prompt_supervised": sum(scan.prompt_supervised) if scan.prompt_supervised is not None else 0,
             "labels_copy_inputs": sum(scan.copied),
+            "misaligned_labels": sum(scan.misaligned),
+            "shifted_labels": sum(scan.shifted),
+            "boundary_masked": sum(scan.boundary_masked),
+            "pad_targets": sum(scan.pad_targets),
+            "output_size": size if size is not None else -1,
+            "label_max": max(scan.label_max),
             "responses_cut": sum(scan.response_cut),
             "responses_cut_pct": pct(sum(scan.response_cut), total),
             "raw_length_max": max(scan.raw_length),
@@ -611,7 +976,7 @@ def inspect_task(
     else:
         cscan = scan_classification(task)
         names = class_names_in_use(task, declared_names)
-        checks = classification_checks(task, cscan, declared_names)
+        checks = classification_checks(task, cscan, declared_names, output)
         wrong_meaning = []
         if cscan.meanings is not None and names:
             wrong_meaning = [
@@ -622,7 +987,15 @@ def inspect_task(
         out_of_range = [
             i for i, y in zip(cscan.indices, cscan.labels, strict=True) if names and not 0 <= y < len(names)
         ]
-        shown = pick_shown(train, (wrong_meaning[:1] + out_of_range[:1]), show)
+        fields = name_fields(task, names) if names else []
+        wrong_field = [
+            i
+            for i, y in zip(cscan.indices, cscan.labels, strict=True)
+            if fields
+            and 0 <= y < len(names)
+            and _norm_name(names[y]) != _norm_name(task.examples[i][fields[0]])
+        ]
+        shown = pick_shown(train, (wrong_meaning[:1] + out_of_range[:1] + wrong_field[:1]), show)
         details |= {
             "class_names": names,
             "class_names_source": "declared" if declared_names else ("task" if names else "none"),
@@ -630,6 +1003,8 @@ def inspect_task(
             "label_min": min(cscan.labels),
             "label_max": max(cscan.labels),
             "class_counts": class_counts(cscan, names),
+            "name_fields": fields,
+            "output_size": output.size if output is not None and output.size is not None else -1,
             "examples": show_classification(task, shown, cscan, names, split_of),
         }
     verdict, reason = verdict_of(checks)

@@ -76,9 +76,19 @@ def loss_sum(task: Task, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     return F.cross_entropy(flat_logits.float(), flat_labels, ignore_index=task.ignore_index, reduction="sum")
 
 
+def predict(task: Task, logits: torch.Tensor) -> torch.Tensor:
+    """The predicted id per target: the argmax, or for a one-logit binary classifier (a BCE
+    head) the logit thresholded at 0 (probability 0.5). An argmax over one logit is always 0,
+    so it would report a model that learnt its labels as recovering only the zeros."""
+    if task.kind != CAUSAL_LM and logits.shape[-1] == 1:
+        return (logits[..., 0] > 0).long()
+    return logits.argmax(-1)
+
+
 def recovered(task: Task, logits: torch.Tensor, batch: Batch) -> tuple[int, int]:
-    """(targets whose argmax equals the label, supervised targets)."""
+    """(targets whose prediction equals the label, supervised targets)."""
     flat_logits, flat_labels = targets(task, logits, batch)
+    flat_labels = flat_labels.reshape(-1)
     keep = flat_labels != task.ignore_index
-    hits = (flat_logits.argmax(-1) == flat_labels) & keep
+    hits = (predict(task, flat_logits).reshape(-1) == flat_labels) & keep
     return int(hits.sum()), int(keep.sum())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ...checks import Check, CheckResult, verdict_of
 from ..context import RunContext
-from ..inspection import inspect_task
+from ..inspection import inspect_task, model_output
 from .base import Outcome, PhaseRun, phase
 
 
@@ -16,6 +16,11 @@ def inspect(ctx: RunContext, run: PhaseRun) -> Outcome:
     cfg = ctx.config(run.step.variant, run.overrides)
     show = int(run.overrides.get("inspect_examples") or ctx.spec.inspect.examples)
     run.current_input = {"examples": len(ctx.task.examples), "max_length": cfg.max_length}
+    # The label range is checked against what the model really outputs: one forward of the
+    # first shown microbatch (on the meta device when the model allows, so nothing is allocated).
+    train = list(ctx.splits["train"]) or list(range(len(ctx.task.examples)))
+    first = [ctx.task.examples[i] for i in train[: max(1, min(cfg.microbatch, show))]]
+    output = model_output(ctx.task, ctx.task.collate(first, cfg.max_length), ctx.device, ctx.spec.optim.seed)
     result = inspect_task(
         ctx.task,
         max_length=cfg.max_length,
@@ -24,8 +29,10 @@ def inspect(ctx: RunContext, run: PhaseRun) -> Outcome:
         show=show,
         microbatch=cfg.microbatch,
         splits=ctx.splits,
+        output=output,
     )
     result = with_task_checks(ctx, result)
+    result.details["output_probe"] = output.how or "failed"
     return Outcome(
         verdict=result.verdict,
         reason=result.reason,

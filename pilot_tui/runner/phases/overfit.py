@@ -87,7 +87,9 @@ def _pairs(task: Task, logits: torch.Tensor, batch: Batch, ids: Sequence[str]) -
                 }
             )
     else:
-        labels, predicted = batch["labels"].cpu().tolist(), logits.argmax(-1).cpu().tolist()
+        # int: a BCE head's labels are floats (0.0 / 1.0) and name a class all the same.
+        labels = [int(x) for x in batch["labels"].reshape(-1).cpu().tolist()]
+        predicted = objective.predict(task, logits).reshape(-1).cpu().tolist()
         for r, example in enumerate(ids):
             out.append(
                 {
