@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .checks import FAIL, PASS, SHOW_IDS, WARN, Check, CheckResult, listing, verdict_of
-from .splits import SPLITS
+from .splits import SPLITS, period_key
 
 Example = Mapping[str, Any]
 
@@ -85,27 +85,23 @@ def _shared_check(name: str, key: str, shared: list[dict[str, Any]], what: str) 
     )
 
 
-def _sortable(values: Sequence[Any]) -> list[Any]:
-    """Periods compare as numbers when they all are, else as text (ISO dates sort as text)."""
-    try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError):
-        return [str(v) for v in values]
-
-
 def time_order(
     examples: Sequence[Example], splits: Mapping[str, Sequence[int]], key: str
 ) -> tuple[Check, dict[str, Any]]:
     """Validation and test must come after train when the group is a time period (warn)."""
     raw = [examples[i][key] for i in range(len(examples))]
-    values = _sortable(raw)
+    try:
+        order_of = period_key(raw)
+    except ValueError as exc:
+        return Check("time_order", FAIL, f"{key}: {exc}"), {}
+    values = [order_of(v) for v in raw]
     first_last = {
         name: (min(idx, key=values.__getitem__), max(idx, key=values.__getitem__))
         for name in SPLITS
         if (idx := list(splits.get(name, [])))
     }
     span = {name: (values[lo], values[hi]) for name, (lo, hi) in first_last.items()}
-    # Shown as written in the data; compared as `_sortable` reads them.
+    # Shown as written in the data; compared as `period_key` reads them (the splitter's order).
     order = {f"{name}_first": str(raw[lo]) for name, (lo, _) in first_last.items()}
     order |= {f"{name}_last": str(raw[hi]) for name, (_, hi) in first_last.items()}
     shown = {name: (str(raw[lo]), str(raw[hi])) for name, (lo, hi) in first_last.items()}
@@ -130,6 +126,125 @@ def time_order(
     return Check("time_order", PASS, f"validation and test come after train ({key})"), order
 
 
+# Field names that say "an identifier of a unit": `patient_id`, `userId`, `session`, `doc`, ….
+ID_LIKE = re.compile(
+    r"(^|[_\W])(id|uid|uuid|key)$|^(patient|subject|user|customer|person|participant|speaker|"
+    r"author|session|conversation|dialog(ue)?|document|doc|thread|account|device|household|family|"
+    r"visit|encounter|case|study|site|hospital|school|company|source|repo(sitory)?|project|image|video|file)s?$",
+    re.IGNORECASE,
+)
+CAMEL_ID = re.compile(r"[a-z](Id|ID|Key)$")  # patientId, userID: case-sensitive, or "valid" would match
+
+
+def id_like_fields(examples: Sequence[Example], skip: Iterable[str]) -> list[str]:
+    """Fields named like the identifier of a unit, present in every example, with values that
+    repeat (a value held by one example only cannot put a unit in two splits)."""
+    if not examples:
+        return []
+    skipped = set(skip)
+    out = []
+    for key in examples[0]:
+        key = str(key)
+        if key in skipped or not (ID_LIKE.search(key) or CAMEL_ID.search(key)):
+            continue
+        values = [ex.get(key) for ex in examples]
+        if any(v is None or isinstance(v, Mapping | list | float) for v in values):
+            continue
+        if len({str(v) for v in values}) < len(values):
+            out.append(key)
+    return out
+
+
+def _other_units_check(
+    examples: Sequence[Example], splits: Mapping[str, Sequence[int]], fields: Sequence[str], group_key: str
+) -> tuple[Check, dict[str, int]]:
+    """The declared group key may not be the real unit: another id-like field in two splits."""
+    spans = {}
+    for key in fields:
+        shared = _shared(_groups_by_split(examples, splits, key))
+        if shared:
+            spans[key] = len(shared)
+    if not spans:
+        named = f" ({', '.join(fields)})" if fields else ""
+        return Check("other_units", PASS, f"no other id-like field{named} is in two splits"), spans
+    parts = [f"{key}: {count} values" for key, count in spans.items()]
+    return (
+        Check(
+            "other_units",
+            WARN,
+            f"the campaign groups by {group_key!r} but another id-like field spans the splits "
+            f"({'; '.join(parts)} in two splits): if {' or '.join(map(repr, spans))} is the real unit "
+            "(e.g. one patient, several visits), validation sees it in training — group by it",
+            sum(spans.values()),
+            list(spans)[:SHOW_IDS],
+        ),
+        spans,
+    )
+
+
+def _same_input_check(
+    examples: Sequence[Example],
+    where: Mapping[int, list[str]],
+    seen: Sequence[tuple[str, str]],
+    field_hash: Mapping[int, str],
+) -> tuple[Check, list[dict[str, Any]]]:
+    """The same input as the model sees it (collated, labels left out) in two splits: a leak the
+    field hash misses when examples differ only in metadata or in the label. Conflicting labels
+    fail (the same input is taught one answer and graded on another); equal labels warn."""
+    by_input: dict[str, list[int]] = collections.defaultdict(list)
+    for i, (digest, _label) in enumerate(seen):
+        by_input[digest].append(i)
+    found = []
+    for digest, members in by_input.items():
+        in_splits = sorted({s for i in members for s in where.get(i, [])}, key=SPLITS.index)
+        if len(in_splits) < 2:
+            continue
+        if len({field_hash[i] for i in members}) == 1:
+            continue  # identical in every field too: the `duplicates` check reports it
+        conflict = len({seen[i][1] for i in members}) > 1
+        found.append(
+            {
+                "hash": digest[:16],
+                "ids": [_example_id(examples, i) for i in members[:SHOW_IDS]],
+                "splits": in_splits,
+                "labels_conflict": conflict,
+            }
+        )
+    if not found:
+        return Check("same_input", PASS, "no input the model sees is in two splits"), found
+    conflicts = [d for d in found if d["labels_conflict"]]
+    shown = conflicts or found
+    named = [f"{' = '.join(d['ids'][:2])} ({'+'.join(d['splits'])})" for d in shown[:3]]
+    if conflicts:
+        return (
+            Check(
+                "same_input",
+                FAIL,
+                f"{len(conflicts)} inputs the model sees identically (collated, labels aside) are in two "
+                f"splits with conflicting labels: {listing(named, len(conflicts))}"
+                + (
+                    f"; {len(found) - len(conflicts)} more with equal labels"
+                    if len(found) > len(conflicts)
+                    else ""
+                ),
+                len(conflicts),
+                [d["ids"][0] for d in conflicts[:SHOW_IDS]],
+            ),
+            found,
+        )
+    return (
+        Check(
+            "same_input",
+            WARN,
+            f"{len(found)} inputs the model sees identically are in two splits (they differ only in "
+            f"fields the model does not see, e.g. a date or a source): {listing(named, len(found))}",
+            len(found),
+            [d["ids"][0] for d in found[:SHOW_IDS]],
+        ),
+        found,
+    )
+
+
 def check_splits(
     examples: Sequence[Example],
     splits: Mapping[str, Sequence[int]],
@@ -141,11 +256,13 @@ def check_splits(
     time_key: str = "",
     ratios: Mapping[str, float] | None = None,
     expected: Mapping[str, Sequence[int]] | None = None,
+    seen: Sequence[tuple[str, str]] | None = None,
 ) -> CheckResult:
     """Every leakage check on `splits`; see docs/checks.md for the details' shape.
 
     `expected` is the split recomputed from the same ratios and seed: a difference means the
-    split the runner uses is not reproducible.
+    split the runner uses is not reproducible. `seen` is, per example, a digest of the input
+    the model sees and one of its labels (computed by the runner from the collate).
     """
     n = len(examples)
     checks: list[Check] = []
@@ -202,9 +319,15 @@ def check_splits(
         checks.append(check)
 
     identity = {"id", group_key, task_group_key, split_field, time_key} - {""}
+    others = id_like_fields(examples, identity)
+    other_check, other_spans = _other_units_check(examples, splits, others, group_key)
+    checks.append(other_check)
+
     by_hash: dict[str, list[int]] = collections.defaultdict(list)
+    field_hash: dict[int, str] = {}
     for i, ex in enumerate(examples):
-        by_hash[input_hash(ex, identity)].append(i)
+        field_hash[i] = digest = input_hash(ex, identity)
+        by_hash[digest].append(i)
     duplicates = []
     for digest, members in by_hash.items():
         in_splits = sorted({s for i in members for s in where.get(i, [])}, key=SPLITS.index)
@@ -231,6 +354,11 @@ def check_splits(
     else:
         checks.append(Check("duplicates", PASS, "no identical example is in two splits"))
 
+    same_input: list[dict[str, Any]] = []
+    if seen is not None:
+        same_check, same_input = _same_input_check(examples, where, seen, field_hash)
+        checks.append(same_check)
+
     if expected is not None:
         same = all(list(expected.get(s, [])) == list(splits.get(s, [])) for s in SPLITS)
         if same:
@@ -255,7 +383,12 @@ def check_splits(
         "duplicates": duplicates[:SHOW_IDS],
         "duplicates_count": len(duplicates),
         "identity_fields": sorted(identity),
+        "other_id_fields": others,
+        "other_id_fields_shared": other_spans,
     }
+    if seen is not None:
+        details["same_input"] = same_input[:SHOW_IDS]
+        details["same_input_count"] = len(same_input)
     if split_field:
         details["field"] = split_field
     if ratios is not None:

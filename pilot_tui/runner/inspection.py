@@ -14,6 +14,7 @@ tokens past `max_length` are the ones lost).
 from __future__ import annotations
 
 import collections
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,44 @@ def _ids(task: Task, indices: Sequence[int]) -> list[str]:
 def _listing(task: Task, indices: Sequence[int]) -> str:
     """A few ids for a reason line; the check's `ids` keep up to SHOW_IDS."""
     return listing([example_id(task, i) for i in indices[:3]], len(indices))
+
+
+# ------------------------------------------------------------------------------------------
+# What the model sees, hashed per example (the split check's `same_input`)
+
+# Batch keys that describe the example for the checks, not inputs of the model.
+NOT_INPUTS = ("labels", "prompt_length", "raw_length")
+
+
+def seen_digests(task: Task, max_length: int) -> list[tuple[str, str]]:
+    """Per example: (digest of the collated input without its labels, digest of its labels).
+
+    Sequence tensors keep only the positions the attention mask marks as real, so the same
+    text padded differently in two batches hashes the same.
+    """
+    out: list[tuple[str, str]] = []
+    indices = list(range(len(task.examples)))
+    for chunk, batch in batches(task, indices, max_length):
+        n = len(chunk)
+        mask = batch["attention_mask"].bool().numpy() if "attention_mask" in batch else None
+        rows = []
+        for key in sorted(k for k in batch if k not in NOT_INPUTS and k != "attention_mask"):
+            value = batch[key]
+            if value.dim() == 0 or value.shape[0] != n:
+                continue  # not one row per example
+            array = value.detach().cpu().contiguous().numpy()
+            masked = mask is not None and array.shape[:2] == mask.shape
+            rows.append((key.encode() + str(array.dtype).encode(), array, masked))
+        labels = batch["labels"].detach().cpu().contiguous().numpy()
+        label_masked = mask is not None and labels.shape[:2] == mask.shape
+        for r in range(n):
+            h = hashlib.blake2b(digest_size=16)
+            for tag, array, masked in rows:
+                h.update(tag)
+                h.update((array[r][mask[r]] if masked else array[r]).tobytes())
+            label = labels[r][mask[r]] if label_masked else labels[r]
+            out.append((h.hexdigest(), hashlib.blake2b(label.tobytes(), digest_size=16).hexdigest()))
+    return out
 
 
 # ------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ...leakage import check_splits
 from ...splits import group_split
 from ..context import RunContext
+from ..inspection import seen_digests
 from .base import Outcome, PhaseRun, phase
 
 
@@ -22,6 +23,9 @@ def split(ctx: RunContext, run: PhaseRun) -> Outcome:
         expected = group_split(task.examples, ctx.group_key, ratios, s.split.seed, by_time=by_time)
     time_key = task.time_key if task.time_key and all(task.time_key in ex for ex in task.examples) else ""
     run.current_input = {"examples": len(task.examples), "group_key": ctx.group_key}
+    # What the model sees, collated as training collates it: near-duplicates that differ only in
+    # metadata or in the label hash the same here and not in the field hash.
+    seen = seen_digests(task, ctx.max_length)
     result = check_splits(
         task.examples,
         ctx.splits,
@@ -32,6 +36,7 @@ def split(ctx: RunContext, run: PhaseRun) -> Outcome:
         time_key=time_key,
         ratios=None if s.split.field else ratios,
         expected=expected,
+        seen=seen,
     )
     details = result.details
     if not s.split.field:
