@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import TextIO
 
 from . import phase_table
-from .events import PhaseFinished, PhaseProgress, RunnerError, WireMessage
+from .events import PhaseFinished, PhaseProgress, PhaseStarted, RunnerError, WireMessage
 from .rows import PhaseRow
 from .session import Session
 
@@ -46,6 +47,13 @@ class ProgressBar:
         self.stream.flush()
         self.visible = True
 
+    def status(self, text: str) -> None:
+        """A line of text in the bar's place (the phase running, before any progress)."""
+        if self.enabled:
+            self.stream.write(f"\r\033[K  {text}")
+            self.stream.flush()
+            self.visible = True
+
     def clear(self) -> None:
         if self.visible:
             self.stream.write("\r\033[K")
@@ -53,8 +61,41 @@ class ProgressBar:
             self.visible = False
 
 
+class Heartbeat:
+    """The phase in progress, and a line every `period` seconds while it stays silent (a slow
+    `build_model`, a long save): a quiet terminal looks like a hang. Ticks on any runner event,
+    including the live counters the runner sends twice a second while a phase runs."""
+
+    def __init__(self, out: TextIO, bar: ProgressBar, period: float) -> None:
+        self.out, self.bar, self.period = out, bar, period
+        self.step = ""
+        self.started = self.last = 0.0
+
+    def see(self, ev: WireMessage) -> None:
+        now = time.monotonic()
+        if isinstance(ev, PhaseStarted):
+            self.step, self.started, self.last = ev.step, now, now
+            if self.bar.enabled:
+                self.bar.status(f"{ev.step} …")
+        elif isinstance(ev, PhaseFinished):
+            self.step = ""
+        elif isinstance(ev, PhaseProgress):
+            self.last = now
+        elif self.step and now - self.last >= self.period:
+            self.last = now
+            line = f"{self.step} still running ({now - self.started:.0f} s)"
+            if self.bar.enabled:
+                self.bar.status(line)
+            else:
+                print(f"  … {line}", file=self.out, flush=True)
+
+
 def run_headless(
-    session: Session, out: TextIO = sys.stdout, err: TextIO = sys.stderr, keep_going: bool = False
+    session: Session,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    keep_going: bool = False,
+    heartbeat_s: float = 15.0,
 ) -> int:
     """Exit 0 when every gate passes (warnings included), 1 when one fails.
 
@@ -77,12 +118,14 @@ def run_headless(
         flush=True,
     )
     bar = ProgressBar(err)
+    beat = Heartbeat(out, bar, heartbeat_s)
     failed = 0
     try:
         for step in session.steps:
             stop = False
             rows = 0
             for ev in session.run_step(step.key):
+                beat.see(ev)
                 failed += _show(ev, bar, out, err)
                 if isinstance(ev, PhaseFinished):
                     rows += 1

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..tasks.contract import Task
+from .finiteness import finite_equal, max_finite_diff
 from .training import TrainState, train_update
 
 # The per-update quantities, in the order a difference is looked for.
@@ -200,8 +201,11 @@ def _compare_tensors(
         if a.shape != b.shape or a.dtype != b.dtype:
             first_bad = first_bad or name
             continue
-        same = torch.equal(a, b)
-        diff = 0.0 if same else float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+        # NaN never equals NaN: equal where finite and non-finite at the same places is the same.
+        same = finite_equal(a, b)
+        diff = 0.0 if same else max_finite_diff(a, b) if a.numel() else 0.0
+        if not same and diff == 0.0:
+            diff = math.inf  # they differ only in where they are NaN or inf
         rel = relative_diff(a, b, diff)
         if diff > worst:
             worst, worst_name = diff, name

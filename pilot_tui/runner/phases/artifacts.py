@@ -6,6 +6,7 @@ import torch
 
 from ...events import RecordUpdate
 from ...hashing import artifact_entry
+from .. import finiteness
 from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from ..context import RunContext
 from ..control import replay_controls
@@ -19,10 +20,19 @@ def _record_artifact(ctx: RunContext, entry: dict) -> None:
     ctx.emit(RecordUpdate(section="artifacts", value=entry))
 
 
+def _refuse_non_finite(ctx: RunContext, model: torch.nn.Module, variant: str, what: str) -> None:
+    """Finiteness first: a NaN never equals itself, so comparing a diverged model bitwise would
+    report "weights differ" instead of the cause; and a NaN model is not worth a file."""
+    reason = finiteness.weights_not_finite(model, ctx.memo, variant)
+    if reason:
+        raise PhaseFailure(f"{reason}: nothing worth a {what} (finiteness checked before any comparison)")
+
+
 @phase("save")
 def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
+    _refuse_non_finite(ctx, state.model, variant, "save")
     # A rerun at the same step gets a new name: an earlier artifact entry keeps its file (R14).
     path = _unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt")
     save_training_state(state, path)
@@ -33,9 +43,16 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     missing = [k for k in CHECKPOINT_KEYS if k not in saved]
     if missing:
         raise PhaseFailure(f"checkpoint lacks {', '.join(missing)}", {"artifact": entry})
-    same = all(torch.equal(saved["model"][k], v.cpu()) for k, v in state.model.state_dict().items())
-    if not same:
-        raise PhaseFailure("reloaded checkpoint weights differ from the saved model", {"artifact": entry})
+    differ = [
+        k
+        for k, v in state.model.state_dict().items()
+        if not finiteness.finite_equal(saved["model"][k], v.cpu())
+    ]
+    if differ:
+        raise PhaseFailure(
+            f"reloaded checkpoint weights differ from the saved model: {', '.join(differ[:5])}",
+            {"artifact": entry},
+        )
     return Outcome(
         details={
             "artifact": entry,
@@ -50,6 +67,7 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
 def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
+    _refuse_non_finite(ctx, state.model, variant, "export")
     path = _unused(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors")
     own = ctx.task.export_state(state.model) if ctx.task.export_state is not None else None
     tensors = export_weights(state.model, path, own)
@@ -64,7 +82,7 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     )
     _record_artifact(ctx, entry)
     back = load_weights(path, entry)
-    differ = [k for k, v in tensors.items() if k not in back or not torch.equal(back[k], v)]
+    differ = [k for k, v in tensors.items() if k not in back or not finiteness.finite_equal(back[k], v)]
     if differ:
         raise PhaseFailure(
             f"exported tensors differ after reload: {', '.join(differ[:5])}", {"artifact": entry}

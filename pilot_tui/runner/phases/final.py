@@ -56,17 +56,38 @@ def _compare_one(before: ControlOutput, after: dict[str, Any], logits: torch.Ten
     return row
 
 
+def _no_export_reason(ctx: RunContext) -> str:
+    """Why there is nothing to reload: never exported, or the export failed (and why)."""
+    failed = next((r for r in reversed(ctx.rows) if r.get("name") == "export"), None)
+    if failed is not None and failed.get("verdict") == "fail":
+        return f"no exported artifact: the export failed — {failed.get('reason', '')}"
+    return "no exported artifact in this runner: run the export phase first"
+
+
+def _refuse_non_finite_controls(before: list[ControlOutput], entry: dict[str, Any]) -> None:
+    """Finiteness first: NaN logits never equal themselves, so a bitwise comparison would blame
+    the reload for what the model did before the save."""
+    for c in before:
+        if c.logits is not None and c.logits.is_floating_point() and not bool(torch.isfinite(c.logits).all()):
+            raise PhaseFailure(
+                f"the control output for {c.input!r} was not finite before the save (NaN or inf logits): "
+                "the model diverged, so the reload is not compared",
+                {"artifact": entry},
+            )
+
+
 @phase("final")
 def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     entry = latest_export(ctx)
     if entry is None:
-        raise PhaseFailure("no exported artifact in this runner: run the export phase first")
+        raise PhaseFailure(_no_export_reason(ctx))
     before: list[ControlOutput] | None = ctx.memo.get("control_outputs", {}).get(entry["sha256"])
     if before is None:
         raise PhaseFailure(
             "the outputs before the save were not kept (the export ran in an earlier runner): run export again",
             {"artifact": entry},
         )
+    _refuse_non_finite_controls(before, entry)
     exact = ctx.device.type == "cpu"
     tol = 0.0 if exact else ctx.spec.resume.tolerance
     # The outputs before the save are on the host already: the fresh process gets the device

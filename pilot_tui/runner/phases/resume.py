@@ -12,6 +12,7 @@ the first epoch, so the tests can show that a broken resume fails and names what
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 
 from ...events import RecordUpdate
 from ...hashing import artifact_entry
+from .. import finiteness
 from ..checkpoint import training_state, write_checkpoint
 from ..context import RunContext
 from ..determinism import deterministic
@@ -69,6 +71,27 @@ def comparison_tolerance(exact: bool, declared: float, ops: list[str]) -> tuple[
     if declared:
         return declared, f"within {declared:g} relative per tensor (declared resume.tolerance)"
     return 0.0, "bitwise (deterministic algorithms, CUBLAS_WORKSPACE_CONFIG set)"
+
+
+def _refuse_non_finite_run(
+    reference: list[dict[str, Any]], tensors: dict[str, torch.Tensor], k: int, n: int, entry: dict[str, Any]
+) -> None:
+    """Finiteness first: an uninterrupted run that diverged cannot tell a good resume from a
+    bad one (NaN never equals NaN), and the new process would only diverge too."""
+    bad_loss = next((r for r in reference if not math.isfinite(r["loss"])), None)
+    bad = finiteness.non_finite({key: v for key, v in tensors.items() if key.startswith("model/")})
+    if bad_loss is None and not bad:
+        return
+    where = (
+        f"its loss is non-finite from update {bad_loss['step']}"
+        if bad_loss
+        else "its weights hold NaN or inf"
+    )
+    raise PhaseFailure(
+        f"the uninterrupted run of {k} + {n} updates is not finite ({where}): the resume is not compared, "
+        "fix the divergence first (see steady)",
+        {"artifact": entry, "non_finite_tensors": [name for name, _ in bad[:10]]},
+    )
 
 
 @phase("resume")
@@ -136,6 +159,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     del state
     park_all(ctx)
     release_cache(ctx.device)
+    _refuse_non_finite_run(reference, ref_tensors, k, n, entry)
 
     out_dir = path.with_suffix(".worker")
     worker = start_worker(

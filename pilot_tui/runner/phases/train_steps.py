@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
+from .. import finiteness
 from ..context import RunContext
 from ..probes import synchronize
 from ..training import TrainState, UpdateStats, train_update
@@ -28,6 +30,48 @@ def _update(ctx: RunContext, run: PhaseRun, state: TrainState) -> UpdateStats:
     stats = train_update(state, ctx.task, ctx.device, ctx.spec.optim.grad_clip, micro)
     run.current_input["shapes"] = stats.shapes
     return stats
+
+
+def gradless(model: torch.nn.Module) -> dict[str, Any]:
+    """Trainable parameters that got no gradient in the update just taken, by module.
+
+    `train_update` steps only the parameters that have a gradient, so an unused head or a
+    detached encoder trains silently at zero. Modules are named at the highest level whose
+    trainable parameters all lack one (`encoder`, not each of its 24 layers). Frozen parameters
+    (`requires_grad = False`) are a choice, counted apart.
+    """
+    params = dict(model.named_parameters())
+    trainable = {n: p for n, p in params.items() if p.requires_grad}
+    dead = {n for n, p in trainable.items() if p.grad is None}
+    total = sum(p.numel() for p in trainable.values())
+    dead_numel = sum(trainable[n].numel() for n in dead)
+    modules: list[dict[str, Any]] = []
+    covered: set[str] = set()
+    for name, module in model.named_modules():
+        own = [f"{name}.{n}" if name else n for n, p in module.named_parameters() if p.requires_grad]
+        if not own or any(n not in dead for n in own) or any(n in covered for n in own):
+            continue
+        covered.update(own)
+        numel = sum(trainable[n].numel() for n in own)
+        modules.append({"module": name or "(the whole model)", "parameters": numel})
+    return {
+        "gradless_parameters": dead_numel,
+        "trainable_parameters": total,
+        "gradless_share_pct": round(100.0 * dead_numel / total, 2) if total else 0.0,
+        "gradless_modules": modules[:20],
+        "frozen_parameters": sum(p.numel() for p in params.values() if not p.requires_grad),
+    }
+
+
+def _gradless_reason(found: dict[str, Any]) -> str:
+    modules = found["gradless_modules"]
+    named = ", ".join(f"{m['module']} ({m['parameters']:,})" for m in modules[:5])
+    more = f" and {len(modules) - 5} more" if len(modules) > 5 else ""
+    return (
+        f"{found['gradless_share_pct']:g}% of trainable parameters ({found['gradless_parameters']:,} of "
+        f"{found['trainable_parameters']:,}) got no gradient in the first update: {named}{more} — an unused "
+        "head or a detached module never trains (freeze it with requires_grad = False if that is meant)"
+    )
 
 
 # Overflowing updates the fp16 scaler may skip before the first real step (it halves each time).
@@ -68,13 +112,20 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         details["grad_scale"] = state.scaler.get_scale()
         details["scaler_skipped_updates"] = skipped
     if not finite(loss) or not finite(gn):
+        finiteness.note(ctx.memo, variant, state.step, "first_step")
         raise PhaseFailure(
-            f"non-finite {'loss' if not finite(loss) else 'gradient norm'} at the first update", details
+            f"non-finite {'loss' if not finite(loss) else 'gradient norm'} at the first update "
+            f"(update {state.step} of the campaign)",
+            details,
         )
     if stats.supervised == 0:
         raise PhaseFailure(
             "the first update has no supervised target: the loss reads 0 while it means nothing", details
         )
+    found = gradless(state.model)
+    details |= found
+    if found["gradless_parameters"]:
+        return Outcome(WARN, _gradless_reason(found), details)
     return Outcome(details=details)
 
 
@@ -91,6 +142,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     # cache emptied there (and lazy kernel loading on CUDA); the timed ones are the steady ones.
     warmup = _update(ctx, run, state)
     n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
+    taken = state.step  # updates already taken: a failure is named by the campaign's update number
     losses, examples, tokens, times = [], 0, 0, []
     skips: list[bool] = []
     # CUDA runs asynchronously: a host clock around one update times its launch, not its kernels.
@@ -141,8 +193,20 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         details["scaler_skipped_updates"] = sum(bool(x) for x in skips)
         details["grad_scale"] = state.scaler.get_scale()
     bad = next((i for i, v in enumerate(values) if not finite(v)), None)
-    if bad is not None:
-        raise PhaseFailure(f"non-finite loss at steady update {bad + 1} of {n}", details)
+    if not finite(float(warmup.loss)) or bad is not None:
+        # Named by the campaign's update number: the warm-up is update `taken`, timed ones follow.
+        update, which = (
+            (taken, "the untimed warm-up")
+            if not finite(float(warmup.loss))
+            else (taken + bad + 1, f"timed steady update {bad + 1} of {n}")  # type: ignore[operator]
+        )
+        finiteness.note(ctx.memo, variant, update, "steady")
+        details["non_finite_update"] = update
+        raise PhaseFailure(
+            f"non-finite loss at update {update} of the campaign ({which}): the weights are NaN or inf "
+            "from there on",
+            details,
+        )
     # The trend is judged over every update this phase took, the warm-up one included.
     start = float(warmup.loss)
     details["loss_warmup"] = start
