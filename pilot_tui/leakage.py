@@ -138,7 +138,8 @@ CAMEL_ID = re.compile(r"[a-z](Id|ID|Key)$")  # patientId, userID: case-sensitive
 
 def id_like_fields(examples: Sequence[Example], skip: Iterable[str]) -> list[str]:
     """Fields named like the identifier of a unit, present in every example, with values that
-    repeat (a value held by one example only cannot put a unit in two splits)."""
+    repeat (a value held by one example only cannot put a unit in two splits) and enough of them
+    to be split by (a `source` of two channels is a stratum, not a unit)."""
     if not examples:
         return []
     skipped = set(skip)
@@ -150,7 +151,8 @@ def id_like_fields(examples: Sequence[Example], skip: Iterable[str]) -> list[str
         values = [ex.get(key) for ex in examples]
         if any(v is None or isinstance(v, Mapping | list | float) for v in values):
             continue
-        if len({str(v) for v in values}) < len(values):
+        distinct = len({str(v) for v in values})
+        if min(10, max(3, len(values) // 4)) <= distinct < len(values):
             out.append(key)
     return out
 

@@ -1,0 +1,333 @@
+"""The mistakes people really make, each in its own task file written the way a user writes one
+(tests/data/mistakes/: own model, data and collate), each with a correct twin of the same shape
+that must still pass: a check that misfires on a correct task is a defect too.
+
+Only the phases a check needs run, in this process, through the same `execute` the runner uses
+(one row per phase, the verdict and reason as recorded); no runner process is started except for
+the headless heartbeat, which is about the terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+import torch
+
+from pilot_tui.runner.context import RunContext
+from pilot_tui.runner.phases.base import execute
+from pilot_tui.spec import load_spec
+from pilot_tui.steps import Step, step_key
+from pilot_tui.tasks.loader import load_task
+
+MISTAKES = Path(__file__).resolve().parent.parent / "data" / "mistakes"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: one torch thread (as the runner leaves a core to the view); spinning OpenMP
+    threads on a shared 2-core machine make these steps many times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def campaign(folder: Path, file: str, options: dict[str, Any] | None = None, **sections: Any) -> Path:
+    raw: dict[str, Any] = {
+        "campaign": {"name": file.replace("_", "-")},
+        "task": {"file": str(MISTAKES / f"{file}.py"), "options": options or {}},
+        "batch": {"microbatch": 4, "accumulation": 1, "device": "cpu", "hold": "updates", "updates": 40},
+        "phases": {"steady_updates": 4},
+    }
+    for name, values in sections.items():
+        raw[name] = raw.get(name, {}) | values
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "campaign.toml"
+    path.write_text(tomli_w.dumps(raw))
+    return path
+
+
+def context(folder: Path, file: str, options: dict[str, Any] | None = None, **sections: Any) -> RunContext:
+    loaded = load_spec(campaign(folder, file, options, **sections))
+    return RunContext(loaded, load_task(loaded), torch.device("cpu"), lambda _m: None, folder / "work")
+
+
+def run(ctx: RunContext, phase: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    return execute(ctx, Step(step_key(phase), phase), overrides or {})
+
+
+def pilot(tmp_path: Path, file: str, phase: str, options: dict[str, Any] | None = None, **sections: Any):
+    ctx = context(tmp_path / f"{file}-{phase}-{sorted((options or {}).items())}", file, options, **sections)
+    return run(ctx, phase)
+
+
+def check(row: dict[str, Any], name: str) -> dict[str, Any]:
+    found = {c["name"]: c for c in row["details"]["checks"]}
+    assert name in found, (name, list(found))
+    return found[name]
+
+
+# ------------------------------------------------------------------------------------------ causal LM
+
+
+def test_labels_shifted_twice_fail_and_the_aligned_twin_passes(tmp_path):
+    bad = pilot(tmp_path, "lm_double_shift", "inspect", {"shift": True})
+    c = check(bad, "label_alignment")
+    assert bad["verdict"] == "fail" and c["verdict"] == "fail"
+    assert "shifted a second time" in c["message"] and c["count"] == 48
+    # Data terms: which example and which position; the example is shown with its flag.
+    assert re.search(r"first at w\d+ position \d+", c["message"])
+    assert any(f.startswith("label not aligned") for ex in bad["details"]["examples"] for f in ex["flags"])
+    good = pilot(tmp_path, "lm_double_shift", "inspect", {"shift": False})
+    assert good["verdict"] == "pass", good["reason"]
+    assert check(good, "label_alignment")["verdict"] == "pass"
+
+
+def test_a_prompt_mask_one_token_too_long_fails_at_the_boundary(tmp_path):
+    bad = pilot(tmp_path, "lm_prompt_boundary", "inspect", {"off_by_one": True})
+    c = check(bad, "response_boundary")
+    assert c["verdict"] == "fail" and c["count"] == 40
+    assert "first response token" in c["message"] and "prompt_length" in c["message"]
+    good = pilot(tmp_path, "lm_prompt_boundary", "inspect", {"off_by_one": False})
+    assert good["verdict"] == "pass", good["reason"]
+
+
+def test_pads_the_mask_does_not_mark_are_caught_as_targets(tmp_path):
+    bad = pilot(tmp_path, "lm_pad_targets", "inspect", {"label_pads": True})
+    c = check(bad, "padding_supervised")
+    assert c["verdict"] == "fail"
+    # Rows padded by two or more positions: 16 starts x the two shorter lengths.
+    assert c["count"] == 32 and "pad_id (0)" in c["message"]
+    assert bad["details"]["pad_targets"] == 16 * (3 - 1) + 16 * (2 - 1)
+    good = pilot(tmp_path, "lm_pad_targets", "inspect", {"label_pads": False})
+    assert good["verdict"] == "pass", good["reason"]
+
+
+def test_an_eos_id_equal_to_the_vocabulary_size_fails_inspect(tmp_path):
+    bad = pilot(tmp_path, "lm_eos_out_of_vocab", "inspect", {"eos_is_vocab_size": True})
+    c = check(bad, "label_range")
+    assert c["verdict"] == "fail" and c["count"] == 36
+    assert "outside [0, 29)" in c["message"] and "values [29]" in c["message"]
+    assert bad["details"]["output_size"] == 29
+    good = pilot(tmp_path, "lm_eos_out_of_vocab", "inspect", {"eos_is_vocab_size": False})
+    assert good["verdict"] == "pass", good["reason"]
+
+
+# ------------------------------------------------------------------------------------------ classification
+
+
+def test_names_in_another_order_than_the_ids_fail_against_the_name_column(tmp_path):
+    bad = pilot(tmp_path, "cls_names_order", "inspect", {"names_in_data_order": True})
+    c = check(bad, "name_field")
+    assert c["verdict"] == "fail" and c["count"] == 64
+    assert (
+        "'category'" in c["message"] and "the data says 0=apple, 1=banana, 2=cherry, 3=lemon" in c["message"]
+    )
+    good = pilot(tmp_path, "cls_names_order", "inspect", {"names_in_data_order": False})
+    assert good["verdict"] == "pass", good["reason"]
+    assert good["details"]["name_fields"] == ["category"]
+
+
+def test_nothing_tying_ids_to_names_is_said_not_passed(tmp_path):
+    bad = pilot(tmp_path, "cls_no_meaning", "inspect", {"keep_name_field": False})
+    assert bad["verdict"] == "warn" and "mapping unverified" in bad["reason"]
+    good = pilot(tmp_path, "cls_no_meaning", "inspect", {"keep_name_field": True})
+    assert good["verdict"] == "pass", good["reason"]
+
+
+def test_labels_collapsed_to_one_class_fail(tmp_path):
+    bad = pilot(tmp_path, "cls_single_class", "inspect", {"wrong_column": True})
+    c = check(bad, "single_class")
+    assert (
+        bad["verdict"] == "fail"
+        and c["verdict"] == "fail"
+        and "every one of the 40 labels is class 0" in c["message"]
+    )
+    good = pilot(tmp_path, "cls_single_class", "inspect", {"wrong_column": False})
+    assert good["verdict"] == "pass", good["reason"]
+
+
+@pytest.mark.parametrize("one_logit", [True, False])
+def test_a_one_logit_binary_head_is_thresholded_in_overfit(tmp_path, one_logit):
+    row = pilot(
+        tmp_path,
+        "cls_bce",
+        "overfit",
+        {"one_logit": one_logit},
+        overfit={"examples": 16, "max_steps": 300, "lr": 0.1, "loss_below": 0.1},
+    )
+    d = row["details"]
+    assert row["verdict"] == "pass", row["reason"]
+    assert d["hits"] == d["targets"] == 16 and d["recovered"] == 1.0
+    # Both classes are among the subset, so an argmax over one logit (always 0) could not pass.
+    assert {p["expected"] for p in d["pairs"]} <= {"0 outside", "1 inside"}
+
+
+# ------------------------------------------------------------------------------------------ leakage
+
+
+def test_another_id_like_field_spanning_the_splits_warns_with_its_count(tmp_path):
+    ctx = context(tmp_path / "visits", "split_patients", task={"group_key": "visit_id"})
+    row = run(ctx, "split")
+    c = check(row, "other_units")
+    examples = ctx.task.examples
+    where = {i: s for s, idx in ctx.splits.items() for i in idx}
+    spanning = {
+        p
+        for p in {e["patient_id"] for e in examples}
+        if len({where[i] for i, e in enumerate(examples) if e["patient_id"] == p}) > 1
+    }
+    assert spanning and row["verdict"] == "warn" and c["verdict"] == "warn"
+    assert f"patient_id: {len(spanning)} values" in c["message"]
+    good = run(context(tmp_path / "patients", "split_patients", task={"group_key": "patient_id"}), "split")
+    assert good["verdict"] == "pass", good["reason"]
+
+
+def _crossing(ctx: RunContext) -> int:
+    """Copies of a ticket that the split put in another split than the original."""
+    where = {i: s for s, idx in ctx.splits.items() for i in idx}
+    index = {e["id"]: i for i, e in enumerate(ctx.task.examples)}
+    return sum(
+        1
+        for i, e in enumerate(ctx.task.examples)
+        if e["id"].endswith("-refiled") and where[i] != where[index[e["id"].removesuffix("-refiled")]]
+    )
+
+
+def test_the_same_input_under_another_date_or_label_is_flagged_across_splits(tmp_path):
+    relabelled = context(tmp_path / "relabelled", "split_near_duplicates", {"duplicates": "relabelled"})
+    row = run(relabelled, "split")
+    c = check(row, "same_input")
+    assert _crossing(relabelled) > 0
+    assert check(row, "duplicates")["verdict"] == "pass"  # the fields differ: the old hash saw nothing
+    assert (
+        c["verdict"] == "fail"
+        and c["count"] == _crossing(relabelled)
+        and "conflicting labels" in c["message"]
+    )
+    refiled = context(tmp_path / "refiled", "split_near_duplicates", {"duplicates": "refiled"})
+    row = run(refiled, "split")
+    c = check(row, "same_input")
+    assert c["verdict"] == "warn" and c["count"] == _crossing(refiled) and row["verdict"] == "warn"
+    good = run(context(tmp_path / "unique", "split_near_duplicates", {"duplicates": ""}), "split")
+    assert good["verdict"] == "pass", good["reason"]
+
+
+def test_months_without_zero_padding_are_ordered_as_dates(tmp_path):
+    ctxs = {
+        padded: context(
+            tmp_path / f"p{padded}", "split_months", {"padded": padded}, task={"group_kind": "time"}
+        )
+        for padded in (True, False)
+    }
+    ids = {
+        p: {s: [c.task.examples[i]["id"] for i in idx] for s, idx in c.splits.items()}
+        for p, c in ctxs.items()
+    }
+    assert ids[True] == ids[False]  # the same split, whichever way months are written
+    row = run(ctxs[False], "split")
+    assert row["verdict"] == "pass", row["reason"]
+    order = row["details"]["time_order"]
+    ctx = ctxs[False]
+
+    def months(split: str) -> list[str]:
+        return [ctx.task.examples[i]["month"] for i in ctx.splits[split]]
+
+    def as_date(period: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in period.split("-"))
+
+    assert order["train_last"] == max(months("train"), key=as_date)
+    assert order["validation_first"] == min(months("validation"), key=as_date)
+    assert as_date(order["train_last"]) < as_date(order["validation_first"])
+    # Read as text, 2023-10 would sort before 2023-2: the padded and unpadded splits (equal
+    # above) could not both hold; every month of train comes before every month of validation.
+    assert max(map(as_date, months("train"))) < min(map(as_date, months("validation")))
+    assert sorted(set(months("train"))) != sorted(set(months("train")), key=as_date)
+
+
+def test_periods_that_cannot_be_ordered_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"'[a-z]+' holds no number or date"):
+        context(tmp_path / "seasons", "split_months", {"seasons": True}, task={"group_kind": "time"})
+
+
+# ------------------------------------------------------------------------------------------ the model
+
+
+@pytest.mark.parametrize("mistake, modules", [("unused_head", ["aux_head"]), ("detached", ["encoder"])])
+def test_parameters_without_gradient_warn_at_the_first_step(tmp_path, mistake, modules):
+    ctx = context(tmp_path / mistake, "model_dead_params", {"mistake": mistake})
+    row = run(ctx, "first_step")
+    d = row["details"]
+    model = ctx.states["control"].model
+    dead = sum(p.numel() for name, p in model.named_parameters() if name.split(".")[0] in modules)
+    total = sum(p.numel() for p in model.parameters())
+    assert row["verdict"] == "warn", row["reason"]
+    assert [m["module"] for m in d["gradless_modules"]] == modules
+    assert d["gradless_parameters"] == dead and d["gradless_share_pct"] == round(100 * dead / total, 2)
+    assert f"{round(100 * dead / total, 2):g}% of trainable parameters" in row["reason"]
+    good = run(context(tmp_path / "used", "model_dead_params", {"mistake": ""}), "first_step")
+    assert good["verdict"] == "pass" and good["details"]["gradless_parameters"] == 0
+
+
+def test_a_model_that_turns_nan_is_said_so_in_every_later_phase(tmp_path):
+    ctx = context(
+        tmp_path / "nan",
+        "model_nan",
+        {"nan_every": 19},
+        phases={"steady_updates": 8},
+        resume={"k": 4, "n": 5},
+    )
+    assert run(ctx, "first_step")["verdict"] == "pass"
+    steady = run(ctx, "steady")
+    m = re.search(
+        r"non-finite loss at update (\d+) of the campaign \(steady update (\d+) of 8\)", steady["reason"]
+    )
+    assert m and int(m[1]) == int(m[2]) + 1, steady["reason"]  # first_step took update 1
+    for phase in ("save", "export"):
+        row = run(ctx, phase)
+        assert row["verdict"] == "fail"
+        assert row["reason"].startswith("the model's weights are not finite"), row["reason"]
+        assert f"turned non-finite at update {m[1]}, in steady" in row["reason"]
+    final = run(ctx, "final")
+    assert final["reason"].startswith(
+        "no exported artifact: the export failed — the model's weights are not finite"
+    )
+    resume = run(ctx, "resume")
+    assert "is not finite (its loss is non-finite from update" in resume["reason"], resume["reason"]
+    assert "differ" not in resume["reason"] + final["reason"]
+    twin = context(tmp_path / "finite", "model_nan", {"nan_every": 0}, phases={"steady_updates": 8})
+    for phase in ("first_step", "steady", "save", "export"):
+        row = run(twin, phase)
+        assert row["verdict"] in ("pass", "warn") and "finite" not in row["reason"], (phase, row["reason"])
+
+
+def test_headless_shows_the_phase_and_a_heartbeat_while_build_model_is_slow(tmp_path):
+    from pilot_tui.events import Counters, PhaseFinished, PhaseStarted
+    from pilot_tui.headless import Heartbeat, ProgressBar, run_headless
+    from pilot_tui.session import Session
+    from pilot_tui.steps import PHASE_NAMES
+
+    path = campaign(tmp_path, "slow_build", {"sleep_s": 1.5})
+    raw = tomllib.loads(path.read_text())
+    raw["phases"]["skip"] = [name for name in PHASE_NAMES if name != "load"]  # load builds the model
+    path.write_text(tomli_w.dumps(raw))
+    out = io.StringIO()
+    run_headless(Session(path, tmp_path / "records"), out=out, err=io.StringIO(), heartbeat_s=0.6)
+    beats = re.findall(r"… load still running \((\d+) s\)", out.getvalue())
+    assert beats and all(int(s) <= 2 for s in beats), out.getvalue()
+    # The twin: a phase that ends before the period says nothing more than its row.
+    quiet = io.StringIO()
+    beat = Heartbeat(quiet, ProgressBar(io.StringIO()), 1.0)
+    for ev in (
+        PhaseStarted(step="load", phase="load", variant="control"),
+        Counters(time=0.0, device="cpu", values={}),
+    ):
+        beat.see(ev)
+    beat.see(PhaseFinished(step="load", row={}))
+    assert quiet.getvalue() == ""
