@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import gc
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,3 +62,17 @@ def listing(names: Sequence[str], total: int | None = None, shown: int = 3) -> s
     total = len(names) if total is None else total
     more = f" and {total - shown} more" if total > shown else ""
     return ", ".join(names[:shown]) + more
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection during a whole-dataset scan. A scan allocates many small
+    objects while the dataset holds many more, so each collection walks them all again; the
+    scans build no reference cycles, and reference counting still frees everything."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

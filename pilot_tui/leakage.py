@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .checks import FAIL, PASS, SHOW_IDS, WARN, Check, CheckResult, listing, verdict_of
+from .checks import FAIL, PASS, SHOW_IDS, WARN, Check, CheckResult, listing, paused_gc, verdict_of
 from .splits import SPLITS, period_key
 
 Example = Mapping[str, Any]
@@ -27,18 +26,33 @@ def normalise(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): normalise(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, list | tuple):
+        if all(type(v) is float or type(v) is int for v in value):
+            # Feature vectors: the common case, without a call per number.
+            return [int(v) if type(v) is float and v.is_integer() else v for v in value]
         return [normalise(v) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
 
 
+def _flat(value: Any) -> Any:
+    """`normalise` without a call for the plain values most fields hold."""
+    kind = type(value)
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is str:
+        return " ".join(value.split()).casefold()
+    return normalise(value)
+
+
 def input_hash(example: Example, exclude: Iterable[str]) -> str:
     """SHA-256 of the normalised example without its identity fields (id, group keys, split)."""
     skip = set(exclude)
-    content = {k: v for k, v in example.items() if k not in skip}
-    text = json.dumps(normalise(content), sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    content = {
+        str(k): _flat(v) for k, v in sorted(example.items(), key=lambda kv: str(kv[0])) if k not in skip
+    }
+    # Keys sorted and values normalised: repr is canonical (and several times faster than json).
+    return hashlib.sha256(repr(content).encode()).hexdigest()
 
 
 def _example_id(examples: Sequence[Example], i: int) -> str:
@@ -247,6 +261,7 @@ def _same_input_check(
     )
 
 
+@paused_gc()
 def check_splits(
     examples: Sequence[Example],
     splits: Mapping[str, Sequence[int]],

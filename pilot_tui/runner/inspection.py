@@ -14,6 +14,7 @@ tokens past `max_length` are the ones lost).
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..checks import FAIL, PASS, SHOW_IDS, WARN, Check, CheckResult, listing, pct, verdict_of
+from ..checks import FAIL, PASS, SHOW_IDS, WARN, Check, CheckResult, listing, paused_gc, pct, verdict_of
 from ..tasks.contract import CAUSAL_LM, Batch, Task
 
 # Examples collated per batch when scanning the whole dataset.
@@ -58,10 +59,13 @@ def _listing(task: Task, indices: Sequence[int]) -> str:
 # ------------------------------------------------------------------------------------------
 # What the model sees, hashed per example (the split check's `same_input`)
 
+# ctx.memo key: (max_length, examples, seen_digests) left by inspect for split.
+SEEN_MEMO = "seen_digests"
 # Batch keys that describe the example for the checks, not inputs of the model.
 NOT_INPUTS = ("labels", "prompt_length", "raw_length")
 
 
+@paused_gc()
 def seen_digests(task: Task, max_length: int) -> list[tuple[str, str]]:
     """Per example: (digest of the collated input without its labels, digest of its labels).
 
@@ -71,25 +75,31 @@ def seen_digests(task: Task, max_length: int) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     indices = list(range(len(task.examples)))
     for chunk, batch in batches(task, indices, max_length):
-        n = len(chunk)
-        mask = batch["attention_mask"].bool().numpy() if "attention_mask" in batch else None
-        rows = []
-        for key in sorted(k for k in batch if k not in NOT_INPUTS and k != "attention_mask"):
-            value = batch[key]
-            if value.dim() == 0 or value.shape[0] != n:
-                continue  # not one row per example
-            array = value.detach().cpu().contiguous().numpy()
-            masked = mask is not None and array.shape[:2] == mask.shape
-            rows.append((key.encode() + str(array.dtype).encode(), array, masked))
-        labels = batch["labels"].detach().cpu().contiguous().numpy()
-        label_masked = mask is not None and labels.shape[:2] == mask.shape
-        for r in range(n):
-            h = hashlib.blake2b(digest_size=16)
-            for tag, array, masked in rows:
-                h.update(tag)
-                h.update((array[r][mask[r]] if masked else array[r]).tobytes())
-            label = labels[r][mask[r]] if label_masked else labels[r]
-            out.append((h.hexdigest(), hashlib.blake2b(label.tobytes(), digest_size=16).hexdigest()))
+        out += digest_batch(batch, len(chunk))
+    return out
+
+
+def digest_batch(batch: Batch, n: int) -> list[tuple[str, str]]:
+    """`seen_digests` of one collated batch of `n` examples."""
+    out: list[tuple[str, str]] = []
+    mask = batch["attention_mask"].bool().numpy() if "attention_mask" in batch else None
+    rows = []
+    for key in sorted(k for k in batch if k not in NOT_INPUTS and k != "attention_mask"):
+        value = batch[key]
+        if value.dim() == 0 or value.shape[0] != n:
+            continue  # not one row per example
+        array = value.detach().cpu().contiguous().numpy()
+        masked = mask is not None and array.shape[:2] == mask.shape
+        rows.append((key.encode() + str(array.dtype).encode(), array, masked))
+    labels = batch["labels"].detach().cpu().contiguous().numpy()
+    label_masked = mask is not None and labels.shape[:2] == mask.shape
+    for r in range(n):
+        h = hashlib.blake2b(digest_size=16)
+        for tag, array, masked in rows:
+            h.update(tag)
+            h.update((array[r][mask[r]] if masked else array[r]).tobytes())
+        label = labels[r][mask[r]] if label_masked else labels[r]
+        out.append((h.hexdigest(), hashlib.blake2b(label.tobytes(), digest_size=16).hexdigest()))
     return out
 
 
@@ -192,13 +202,18 @@ def _pad_targets(ids: torch.Tensor, counted: torch.Tensor, real: torch.Tensor, p
     return (pads & counted & real[:, 1:]).sum(1)
 
 
-def scan_lm(task: Task, max_length: int) -> LMScan:
-    """Collate every example as training will (truncated at `max_length`) and measure it."""
+def scan_lm(task: Task, max_length: int, digests: list[tuple[str, str]] | None = None) -> LMScan:
+    """Collate every example as training will (truncated at `max_length`) and measure it.
+
+    `digests`, when given, receives `seen_digests` from the same collate pass (the collate is
+    the user's code and most of a scan's cost: the split check reuses it)."""
     indices = list(range(len(task.examples)))
     out: dict[str, list[Any]] = collections.defaultdict(list)
     has_prompt, has_raw = True, True
     ignore = task.ignore_index
-    for _chunk, batch in batches(task, indices, max_length):
+    for chunk, batch in batches(task, indices, max_length):
+        if digests is not None:
+            digests += digest_batch(batch, len(chunk))
         ids, labels, real = batch["input_ids"], batch["labels"], _real_mask(batch)
         counted = labels[:, 1:] != ignore  # the shift: position 0 is never a target
         out["supervised"] += counted.sum(1).tolist()
@@ -644,10 +659,14 @@ class ClassScan:
     meanings: list[str] | None
 
 
-def scan_classification(task: Task) -> ClassScan:
+def scan_classification(
+    task: Task, max_length: int = 0, digests: list[tuple[str, str]] | None = None
+) -> ClassScan:
     indices = list(range(len(task.examples)))
     labels: list[int] = []
-    for _chunk, batch in batches(task, indices, 0):
+    for chunk, batch in batches(task, indices, max_length):
+        if digests is not None:
+            digests += digest_batch(batch, len(chunk))
         labels += [int(x) for x in batch["labels"].reshape(-1).tolist()]
     if len(labels) != len(indices):
         raise ValueError(
@@ -789,7 +808,9 @@ def _class_output_check(task: Task, scan: ClassScan, output: ModelOutput) -> Che
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def _norm_name(value: Any) -> str:
+    # Cached: a dataset repeats a handful of class names across every example.
     return " ".join(str(value).split()).casefold()
 
 
@@ -950,6 +971,7 @@ def pick_shown(first: Sequence[int], offenders: Sequence[int], k: int) -> list[i
     return base + extra
 
 
+@paused_gc()
 def inspect_task(
     task: Task,
     *,
@@ -960,16 +982,18 @@ def inspect_task(
     microbatch: int,
     splits: Mapping[str, Sequence[int]],
     output: ModelOutput | None = None,
+    digests: list[tuple[str, str]] | None = None,
 ) -> CheckResult:
     """Scan the whole dataset, run the checks, render `show` examples; see docs/checks.md.
 
     `output` is the model's output size from one forward (`model_output`); without it labels
-    are not checked against the model."""
+    are not checked against the model. `digests` receives `seen_digests(task, max_length)`
+    from the same collate pass."""
     split_of = {i: name for name, idx in splits.items() for i in idx}
     train = list(splits.get("train", [])) or list(range(len(task.examples)))
     details: dict[str, Any] = {"kind": task.kind, "examples_scanned": len(task.examples)}
     if task.kind == CAUSAL_LM:
-        scan = scan_lm(task, max_length)
+        scan = scan_lm(task, max_length, digests)
         checks = lm_checks(task, scan, max_length, supervise_prompt, output)
         size = output.size if output is not None else None
         offenders = [
@@ -1013,7 +1037,7 @@ def inspect_task(
             "examples": show_lm(task, shown, max_length, microbatch, scan, split_of),
         }
     else:
-        cscan = scan_classification(task)
+        cscan = scan_classification(task, max_length, digests)
         names = class_names_in_use(task, declared_names)
         checks = classification_checks(task, cscan, declared_names, output)
         wrong_meaning = []

@@ -260,7 +260,8 @@ def test_inspect_classification_passes_with_id_to_name(classify):
     row = classify.run("inspect")
     assert row["verdict"] == "pass", row["reason"]
     assert verdicts(row) == dict.fromkeys(
-        ("label_range", "label_meaning", "class_names", "class_coverage"), "pass"
+        ("label_range_model", "label_range", "label_meaning", "name_field", "class_names", "class_coverage"),
+        "pass",
     )
     task = demo_classify.make_task(**tomllib.loads(classify.session.loaded.text)["task"]["options"])
     counts = collections.Counter(ex["label"] for ex in task.examples)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ...checks import Check, CheckResult, verdict_of
 from ..context import RunContext
-from ..inspection import inspect_task, model_output
+from ..inspection import SEEN_MEMO, inspect_task, model_output
 from .base import Outcome, PhaseRun, phase
 
 
@@ -21,6 +21,7 @@ def inspect(ctx: RunContext, run: PhaseRun) -> Outcome:
     train = list(ctx.splits["train"]) or list(range(len(ctx.task.examples)))
     first = [ctx.task.examples[i] for i in train[: max(1, min(cfg.microbatch, show))]]
     output = model_output(ctx.task, ctx.task.collate(first, cfg.max_length), ctx.device, ctx.spec.optim.seed)
+    digests: list[tuple[str, str]] = []
     result = inspect_task(
         ctx.task,
         max_length=cfg.max_length,
@@ -30,8 +31,12 @@ def inspect(ctx: RunContext, run: PhaseRun) -> Outcome:
         microbatch=cfg.microbatch,
         splits=ctx.splits,
         output=output,
+        digests=digests,
     )
     result = with_task_checks(ctx, result)
+    # What the model sees, hashed in the same pass: the split check reuses it (one collate of the
+    # whole dataset instead of two).
+    ctx.memo[SEEN_MEMO] = (cfg.max_length, len(ctx.task.examples), digests)
     result.details["output_probe"] = output.how or "failed"
     return Outcome(
         verdict=result.verdict,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ...leakage import check_splits
 from ...splits import group_split
 from ..context import RunContext
-from ..inspection import seen_digests
+from ..inspection import SEEN_MEMO, seen_digests
 from .base import Outcome, PhaseRun, phase
 
 
@@ -25,7 +25,11 @@ def split(ctx: RunContext, run: PhaseRun) -> Outcome:
     run.current_input = {"examples": len(task.examples), "group_key": ctx.group_key}
     # What the model sees, collated as training collates it: near-duplicates that differ only in
     # metadata or in the label hash the same here and not in the field hash.
-    seen = seen_digests(task, ctx.max_length)
+    cached = ctx.memo.get(SEEN_MEMO)
+    if cached is not None and cached[:2] == (ctx.max_length, len(task.examples)):
+        seen = cached[2]  # hashed by inspect in its own pass over the same collate
+    else:
+        seen = seen_digests(task, ctx.max_length)
     result = check_splits(
         task.examples,
         ctx.splits,
