@@ -331,3 +331,21 @@ def test_headless_shows_the_phase_and_a_heartbeat_while_build_model_is_slow(tmp_
         beat.see(ev)
     beat.see(PhaseFinished(step="load", row={}))
     assert quiet.getvalue() == ""
+
+
+def test_tensors_compare_bitwise_where_finite_and_name_a_nan_that_moved():
+    from pilot_tui.runner.finiteness import finite_equal, non_finite
+    from pilot_tui.runner.resume_check import compare
+
+    nan, inf = float("nan"), float("inf")
+    a = torch.tensor([1.0, nan, inf, 2.0])
+    assert finite_equal(a, a.clone()) and not torch.equal(a, a.clone())  # NaN never equals NaN
+    assert not finite_equal(a, torch.tensor([1.0, nan, inf, 2.5]))
+    assert not finite_equal(a, torch.tensor([nan, 1.0, inf, 2.0]))  # the NaN moved
+    assert non_finite({"w": a, "b": torch.ones(2)}) == [("w", 2)]
+    steps = [{"step": 1, "lr": 1e-3, "batch": [0], "loss": 1.0, "epoch": 0}]
+    draws = {"draw/torch": torch.zeros(4)}
+    same = compare(steps, steps, {"model/w": a} | draws, {"model/w": a.clone()} | draws, 0.5, 0.5, 0.0)
+    assert same.ok
+    moved = compare(steps, steps, {"model/w": a} | draws, {"model/w": a.flip(0)} | draws, 0.5, 0.5, 0.0)
+    assert not moved.ok and "max |Δ| 0 " not in moved.reason() and "w differs" in moved.reason()
