@@ -228,21 +228,20 @@ def scan_lm(task: Task, max_length: int, digests: list[tuple[str, str]] | None =
         out["misaligned"] += wrong.sum(1).tolist()
         out["shifted"] += (wrong & (labels[:, 1:] == nxt)).sum(1).tolist()
         width = wrong.shape[1]
-        first = torch.where(
-            wrong.any(1), wrong.float().argmax(1) + 1, torch.full_like(wrong[:, 0], -1, dtype=torch.long)
-        )
-        out["first_misaligned"] += first.tolist()
-        out["pad_targets"] += _pad_targets(ids, counted, real, task.pad_id).tolist()
-        sup = labels[:, 1:].masked_fill(~counted, -(2**62))
-        top = sup.max(1) if width else None
-        if top is not None:
+        if width:
+            first = torch.where(wrong.any(1), wrong.float().argmax(1) + 1, -1)
+            top = labels[:, 1:].masked_fill(~counted, -1).max(1)  # -1: no supervised label
+            low = labels[:, 1:].masked_fill(~counted, 0).min(1).values
+            out["first_misaligned"] += first.tolist()
             out["label_max"] += top.values.tolist()
             out["label_max_at"] += (top.indices + 1).tolist()
-            out["label_min"] += labels[:, 1:].masked_fill(~counted, 2**62).min(1).values.tolist()
-        else:
+            out["label_min"] += low.tolist()
+        else:  # one-token rows: nothing is ever a target
+            out["first_misaligned"] += [-1] * len(ids)
             out["label_max"] += [-1] * len(ids)
             out["label_max_at"] += [0] * len(ids)
             out["label_min"] += [0] * len(ids)
+        out["pad_targets"] += _pad_targets(ids, counted, real, task.pad_id).tolist()
         if "prompt_length" in batch and has_prompt:
             plen = batch["prompt_length"].reshape(-1)
             positions = torch.arange(1, ids.shape[1])

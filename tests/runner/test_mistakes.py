@@ -22,7 +22,7 @@ import torch
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.phases.base import execute
 from pilot_tui.spec import load_spec
-from pilot_tui.steps import Step, step_key
+from pilot_tui.steps import Step
 from pilot_tui.tasks.loader import load_task
 
 MISTAKES = Path(__file__).resolve().parent.parent / "data" / "mistakes"
@@ -59,7 +59,7 @@ def context(folder: Path, file: str, options: dict[str, Any] | None = None, **se
 
 
 def run(ctx: RunContext, phase: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    return execute(ctx, Step(step_key(phase), phase), overrides or {})
+    return execute(ctx, Step.of(phase), overrides or {})
 
 
 def pilot(tmp_path: Path, file: str, phase: str, options: dict[str, Any] | None = None, **sections: Any):
@@ -311,11 +311,11 @@ def test_headless_shows_the_phase_and_a_heartbeat_while_build_model_is_slow(tmp_
     from pilot_tui.events import Counters, PhaseFinished, PhaseStarted
     from pilot_tui.headless import Heartbeat, ProgressBar, run_headless
     from pilot_tui.session import Session
-    from pilot_tui.steps import PHASE_NAMES
+    from pilot_tui import phase_table
 
     path = campaign(tmp_path, "slow_build", {"sleep_s": 1.5})
     raw = tomllib.loads(path.read_text())
-    raw["phases"]["skip"] = [name for name in PHASE_NAMES if name != "load"]  # load builds the model
+    raw["phases"]["skip"] = [name for name in phase_table.names() if name != "load"]  # load builds the model
     path.write_text(tomli_w.dumps(raw))
     out = io.StringIO()
     run_headless(Session(path, tmp_path / "records"), out=out, err=io.StringIO(), heartbeat_s=0.6)
