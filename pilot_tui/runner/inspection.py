@@ -790,6 +790,14 @@ def _class_output_check(task: Task, scan: ClassScan, output: ModelOutput) -> Che
     """Class ids must index the model's logits; a one-logit (BCE) head takes 0 and 1."""
     if output.size is None:
         return Check("label_range_model", FAIL, f"{output.error}: training will fail the same way")
+    if output.size == 1 and task.loss is None:
+        return Check(
+            "label_range_model",
+            FAIL,
+            "the model outputs one logit but the task has no loss of its own: cross-entropy over a single "
+            "class is 0 whatever the weights, so nothing is learnt — give the task a BCE loss "
+            "(task.loss) or the model two logits",
+        )
     size = 2 if output.size == 1 else output.size
     bad = [i for i, y in zip(scan.indices, scan.labels, strict=True) if not 0 <= y < size]
     head = "one logit (a binary head: labels 0 and 1)" if output.size == 1 else f"{output.size} logits"
@@ -921,7 +929,12 @@ def class_counts(scan: ClassScan, names: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def show_classification(
-    task: Task, indices: Sequence[int], scan: ClassScan, names: Sequence[str], split_of: Mapping[int, str]
+    task: Task,
+    indices: Sequence[int],
+    scan: ClassScan,
+    names: Sequence[str],
+    split_of: Mapping[int, str],
+    name_field: str = "",
 ) -> list[dict[str, Any]]:
     """Id -> name per shown example, with what the example means when the task can say."""
     shown = []
@@ -942,6 +955,10 @@ def show_classification(
                 flags.append("name disagrees with meaning")
         if names and not 0 <= y < len(names):
             flags.append("label out of range")
+        if name_field and 0 <= y < len(names):
+            item[name_field] = str(task.examples[index][name_field])
+            if _norm_name(names[y]) != _norm_name(item[name_field]):
+                flags.append(f"name disagrees with {name_field}")
         if "features" in batch:
             values = batch["features"][r].reshape(-1)[:8].tolist()
             more = " …" if batch["features"][r].numel() > 8 else ""
@@ -1067,7 +1084,7 @@ def inspect_task(
             "class_counts": class_counts(cscan, names),
             "name_fields": fields,
             "output_size": output.size if output is not None and output.size is not None else -1,
-            "examples": show_classification(task, shown, cscan, names, split_of),
+            "examples": show_classification(task, shown, cscan, names, split_of, fields[0] if fields else ""),
         }
     verdict, reason = verdict_of(checks)
     details["checks"] = [c.as_dict() for c in checks]

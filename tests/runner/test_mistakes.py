@@ -9,6 +9,7 @@ the headless heartbeat, which is about the terminal.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import tomllib
@@ -132,6 +133,9 @@ def test_names_in_another_order_than_the_ids_fail_against_the_name_column(tmp_pa
     good = pilot(tmp_path, "cls_names_order", "inspect", {"names_in_data_order": False})
     assert good["verdict"] == "pass", good["reason"]
     assert good["details"]["name_fields"] == ["category"]
+    # The shown examples carry the field and say where it disagrees.
+    assert all("name disagrees with category" in e["flags"] for e in bad["details"]["examples"])
+    assert all(e["category"] == e["name"] and not e["flags"] for e in good["details"]["examples"])
 
 
 def test_nothing_tying_ids_to_names_is_said_not_passed(tmp_path):
@@ -151,6 +155,15 @@ def test_labels_collapsed_to_one_class_fail(tmp_path):
     )
     good = pilot(tmp_path, "cls_single_class", "inspect", {"wrong_column": False})
     assert good["verdict"] == "pass", good["reason"]
+
+
+def test_a_one_logit_head_without_a_bce_loss_is_refused_by_inspect(tmp_path):
+    ctx = context(tmp_path / "no-loss", "cls_bce", {"one_logit": True})
+    ctx.task = dataclasses.replace(ctx.task, loss=None)  # the BCE loss forgotten
+    c = check(run(ctx, "inspect"), "label_range_model")
+    assert c["verdict"] == "fail" and "one logit but the task has no loss" in c["message"]
+    good = check(pilot(tmp_path, "cls_bce", "inspect", {"one_logit": True}), "label_range_model")
+    assert good["verdict"] == "pass" and "one logit (a binary head" in good["message"]
 
 
 @pytest.mark.parametrize("one_logit", [True, False])
@@ -308,10 +321,10 @@ def test_a_model_that_turns_nan_is_said_so_in_every_later_phase(tmp_path):
 
 
 def test_headless_shows_the_phase_and_a_heartbeat_while_build_model_is_slow(tmp_path):
+    from pilot_tui import phase_table
     from pilot_tui.events import Counters, PhaseFinished, PhaseStarted
     from pilot_tui.headless import Heartbeat, ProgressBar, run_headless
     from pilot_tui.session import Session
-    from pilot_tui import phase_table
 
     path = campaign(tmp_path, "slow_build", {"sleep_s": 1.5})
     raw = tomllib.loads(path.read_text())
