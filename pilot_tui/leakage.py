@@ -253,7 +253,8 @@ def _same_input_check(
             "same_input",
             WARN,
             f"{len(found)} inputs the model sees identically are in two splits (they differ only in "
-            f"fields the model does not see, e.g. a date or a source): {listing(named, len(found))}",
+            "what the model does not see: another field such as a date or a source, or tokens past "
+            f"max_length): {listing(named, len(found))}",
             len(found),
             [d["ids"][0] for d in found[:SHOW_IDS]],
         ),

@@ -56,14 +56,13 @@ def chat_rows(n: int = 48, seed: int = 0) -> list[dict[str, Any]]:
 
 def sentiment_rows(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        word = rng.choice(sorted(SENTIMENT))
-        name = SENTIMENT[word]
-        rows.append(
-            {"text": f"the film was {word} {rng.choice('abcdefgh')}", "label": name, "source": f"s{i // 2}"}
-        )
-    return rows
+    # Distinct texts: a review repeated under another source would be the same input in two
+    # splits (the split check's `same_input` flags it), which this fixture is not about.
+    texts = rng.sample([(w, a + b) for w in sorted(SENTIMENT) for a in "abcdefgh" for b in "abcdefgh"], n)
+    return [
+        {"text": f"the film was {word} {tail}", "label": SENTIMENT[word], "source": f"s{i // 2}"}
+        for i, (word, tail) in enumerate(texts)
+    ]
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
