@@ -1,0 +1,147 @@
+"""Where the fake run gets its model and batches: a campaign's task, or a Hugging Face config alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ...tasks.contract import CAUSAL_LM, Task
+from ..context import RunContext
+from .fake_run import ModelSource, NotEstimable
+
+
+def pad_to(batch: dict[str, torch.Tensor], length: int, task: Task) -> dict[str, torch.Tensor]:
+    """Right-pad every per-token tensor of a causal-LM batch to `length`: the longest sequences the
+    configuration admits, whatever the pilot's data holds (the rental's data may be longer)."""
+    if task.kind != CAUSAL_LM:
+        return batch
+    fill = {"input_ids": task.pad_id, "attention_mask": 0, "labels": task.ignore_index}
+    width = batch["input_ids"].shape[1]
+    if width >= length:
+        return batch
+    out = dict(batch)
+    for key, value in batch.items():
+        if value.dim() == 2 and value.shape[1] == width:
+            out[key] = F.pad(value, (0, length - width), value=fill.get(key, 0))
+    return out
+
+
+def _longest(ctx: RunContext, indices: Sequence[int], count: int, max_length: int) -> list[int]:
+    from ..phases.eval_longest import raw_lengths
+
+    lengths = raw_lengths(ctx, list(indices))
+    order = sorted(range(len(indices)), key=lambda j: (-lengths[j], indices[j]))
+    chosen = [indices[j] for j in order[:count]]
+    # A microbatch larger than the split repeats its longest examples (the shape is what counts).
+    while chosen and len(chosen) < count:
+        chosen += chosen[: count - len(chosen)]
+    return chosen
+
+
+def task_source(ctx: RunContext) -> ModelSource:
+    """The campaign's own model and its longest training / validation examples."""
+    task = ctx.task
+
+    def batch(microbatch: int, length: int, train: bool) -> dict[str, torch.Tensor]:
+        split = ctx.splits["train" if train else "validation"] or ctx.splits["train"]
+        chosen = _longest(ctx, split, microbatch, length)
+        return pad_to(task.collate([task.examples[i] for i in chosen], length), length, task)
+
+    return ModelSource(
+        task=task,
+        build=task.build_model,
+        batch=batch,
+        set_checkpointing=task.set_activation_checkpointing,
+        description=f"task {task.name}",
+    )
+
+
+# ------------------------------------------------------------------ Hugging Face, config only
+
+
+class ModelDirError(Exception):
+    """A model directory that cannot be estimated; one line naming the file."""
+
+
+def read_hf_config(model_dir: Path) -> dict[str, Any]:
+    """The model's config.json as a dict, checked enough to say what is wrong in one line."""
+    path = model_dir / "config.json"
+    if not model_dir.is_dir():
+        raise ModelDirError(f"{model_dir}: not a directory")
+    if not path.is_file():
+        raise ModelDirError(f"{path}: no config.json in the model directory")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelDirError(f"{path}: cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise ModelDirError(f"{path}: no model_type: not a transformers config")
+    return data
+
+
+def hf_source(model_dir: Path) -> ModelSource:
+    """A causal LM built from `config.json` alone: no weights are read, every tensor is fake."""
+    read_hf_config(model_dir)
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        raise ModelDirError(
+            "estimating a Hugging Face model needs transformers: pip install 'pilot-tui[hf]'"
+        ) from None
+    try:
+        config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    except Exception as exc:
+        raise ModelDirError(f"{model_dir / 'config.json'}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    if vocab <= 0:
+        raise ModelDirError(f"{model_dir / 'config.json'}: no vocab_size")
+
+    def build() -> torch.nn.Module:
+        # fp32 master weights, as the runner trains them (precision is autocast).
+        return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+
+    def collate(examples: Sequence[Any], max_length: int) -> dict[str, torch.Tensor]:
+        return synthetic(len(examples), max_length)
+
+    def synthetic(microbatch: int, length: int) -> dict[str, torch.Tensor]:
+        ids = torch.ones((microbatch, length), dtype=torch.long)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+    def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+    def checkpointing(model: torch.nn.Module, on: bool) -> None:
+        if on:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_disable()
+
+    task = Task(
+        name=f"hf:{model_dir.name}",
+        kind=CAUSAL_LM,
+        examples=[{"group": "0"}],
+        build_model=build,
+        collate=collate,
+        forward=forward,
+        set_activation_checkpointing=checkpointing,
+    )
+    return ModelSource(
+        task=task,
+        build=build,
+        batch=lambda mb, length, train: synthetic(mb, length),
+        set_checkpointing=checkpointing,
+        description=f"{getattr(config, 'model_type', '?')} from {model_dir / 'config.json'} (no weights read)",
+    )
+
+
+def hf_default_length(model_dir: Path) -> int:
+    data = read_hf_config(model_dir)
+    return int(data.get("max_position_embeddings") or 2048)
+
+
+__all__ = ["ModelDirError", "NotEstimable", "hf_source", "pad_to", "read_hf_config", "task_source"]
