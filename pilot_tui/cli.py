@@ -15,7 +15,7 @@ from .session import BadInputError, Session
 from .spec import SpecError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-SUBCOMMANDS = ("run", "open", "export", "plan", "note", "conclude", "init")
+SUBCOMMANDS = ("run", "open", "export", "plan", "note", "conclude", "init", "estimate")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     con.add_argument("text")
     con.add_argument("--decision", default="", help="the configuration kept, e.g. 'control'")
     _init_parser(sub)
+    from .estimate_cli import add_parser as add_estimate
+
+    add_estimate(sub)
     return p
 
 
@@ -88,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             from .headless import run_headless
 
             return run_headless(Session(args.campaign, args.records), keep_going=args.keep_going)
+        if args.command == "estimate":
+            from .estimate_cli import run_estimate
+
+            return run_estimate(args)
         if args.command == "export":
             from .archive import export_archive
 

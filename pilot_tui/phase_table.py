@@ -66,6 +66,12 @@ _TABLE: list[PhaseInfo] = [
     ),
     PhaseInfo("split", "data", "no group and no identical example in two splits", "docs/checks.md"),
     PhaseInfo("overfit", "data", "a tiny subset is learnt and argmax recovers its labels", "docs/checks.md"),
+    PhaseInfo(
+        "estimate",
+        "engine",
+        "per-GPU memory of each configuration under fake tensors, before any weight is loaded",
+        "docs/estimate.md",
+    ),
     PhaseInfo("load", "engine", "build the model and load the weights", "docs/engine.md", control_gate=True),
     PhaseInfo(
         "first_step",

@@ -149,7 +149,7 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 
 
 def _failed_op(exc: BaseException) -> str:
-    """The operator a fake-tensor failure names, else the exception type."""
+    """The operator a fake-tensor failure names ("" when it names none)."""
     func = getattr(exc, "func", None)
     if func is not None:
         return str(func)
@@ -158,7 +158,7 @@ def _failed_op(exc: BaseException) -> str:
         at = text.find(marker)
         if at >= 0:
             return text[at:].split()[0].strip("'\"(),:")
-    return type(exc).__name__
+    return ""
 
 
 def _snapshot(tracker: Any, device: torch.device) -> dict[str, int]:
@@ -202,10 +202,11 @@ def run_fake(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
     except Exception as exc:  # an op without a fake kernel, a data-dependent branch, user code
         op = _failed_op(exc)
         first = str(exc).splitlines()[0] if str(exc) else ""
+        where = f"fake tensors cannot follow {op}" if op else "the fake run failed"
         out = {
             "estimable": False,
-            "op": op,
-            "reason": f"not estimable: fake tensors cannot follow {op}: {type(exc).__name__}: {first}"[:400],
+            "op": op or type(exc).__name__,
+            "reason": f"{where}: {type(exc).__name__}: {first}"[:400],
         }
     finally:
         gc.collect()
@@ -234,10 +235,11 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
             if source.set_checkpointing is None:
                 raise NotEstimable("activation_checkpointing", "this task exposes no checkpointing switch")
             source.set_checkpointing(model, True)
+        units = shard_units(model)
         if mesh is not None:
             from torch.distributed.fsdp import fully_shard
 
-            for unit in shard_units(model):
+            for unit in units:
                 fully_shard(unit, mesh=mesh)
             fully_shard(model, mesh=mesh)
         trainable = [p for p in model.parameters() if p.requires_grad]
@@ -272,13 +274,14 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
                         logits = None
                     (part / denom).backward()
                     del logits, part
+                    # The tracker refuses a second forward of the root module without this; its
+                    # global peak is kept (only the per-module statistics are cleared).
+                    tracker.reset_mod_stats()
                 if update == 0:
                     figures["gradients"] = _category(_snapshot(tracker, device), *GRADS)
                 if cfg.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip)
                 optimizer.step()
-                if update == 0:
-                    tracker.reset_mod_stats()  # one tracker, two iterations (torch asks for it)
             steady = _snapshot(tracker, device)
             peak = _peak(tracker, device)
         host_steps = _host_step_bytes(optimizer, block)
@@ -306,6 +309,7 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
         "eval_activations_bytes": eval_acts,
         "trainable_parameters": trainable_count,
         "sequence_length": int(train_real[_first_2d(train_real)].shape[-1]) if _first_2d(train_real) else 0,
+        "shard_units": len(units),
         "peak_breakdown": {k: v for k, v in peak.items() if v and k != TOTAL},
     }
     result |= {f"{k}_bytes": v for k, v in figures.items()}
@@ -324,8 +328,22 @@ def _tracker(cfg: FakeConfig, model: nn.Module, optimizer: torch.optim.Optimizer
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
+    # The tracker hooks every parameter's gradient, and torch refuses a hook on a frozen one
+    # (LoRA's base weights): mark those as hooked already. They never get a gradient.
+    handles = getattr(tracker, "_param_to_grad_hook_handles", None)
+    if handles is not None:
+        for p in model.parameters():
+            if not p.requires_grad:
+                handles[p] = (_NoHook(), _NoHook())
     tracker.track_external(model, optimizer)
     return tracker
+
+
+class _NoHook:
+    """Stands for a hook handle that was never registered."""
+
+    def remove(self) -> None:
+        pass
 
 
 def _eval_pass(

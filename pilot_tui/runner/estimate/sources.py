@@ -96,14 +96,20 @@ def hf_source(model_dir: Path) -> ModelSource:
     try:
         config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as exc:
-        raise ModelDirError(f"{model_dir / 'config.json'}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+        raise ModelDirError(
+            f"{model_dir / 'config.json'}: {type(exc).__name__}: {exc}".splitlines()[0]
+        ) from None
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     if vocab <= 0:
         raise ModelDirError(f"{model_dir / 'config.json'}: no vocab_size")
 
     def build() -> torch.nn.Module:
-        # fp32 master weights, as the runner trains them (precision is autocast).
-        return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+        # fp32 master weights, as the runner trains them (precision is autocast), whatever dtype
+        # the config names. transformers 5 spells it `dtype`, 4.x `torch_dtype`.
+        try:
+            return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        except TypeError:
+            return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
 
     def collate(examples: Sequence[Any], max_length: int) -> dict[str, torch.Tensor]:
         return synthetic(len(examples), max_length)

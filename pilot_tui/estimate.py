@@ -1,0 +1,187 @@
+"""Per-GPU memory estimates: what a configuration needs and which GPU holds it (pure, no torch, R23).
+
+The runner estimates each configuration's peak allocated memory per rank under fake tensors
+(`runner/estimate/`); this module turns those bytes into a need per GPU — the peak allocated plus
+a stated allowance for the caching allocator and the CUDA context, then the campaign's headroom —
+and into "fits" / "does not fit" against the common GPU sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+# Common GPU memory sizes (GB, as rental offers name them) and the memory NVML reports on the usual
+# cards of that size, in MiB: 24 GB (L4/A10/4090), 40 GB (A100-40), 48 GB (L40S/A6000),
+# 80 GB (H100/A100-80), 141 GB (H200). A card holds a little less than its name says.
+GPU_SIZES_GB = (24, 40, 48, 80, 141)
+GPU_USABLE_MIB = {24: 23_028, 40: 40_960, 48: 46_068, 80: 81_559, 141: 143_771}
+# Stated allowances beyond the tensors the estimate counts (docs/estimate.md):
+# the CUDA context with the cuBLAS/cuDNN workspaces, and the allocator's reserved-but-unallocated
+# share at the peak (rounding to blocks, fragmentation).
+CUDA_CONTEXT_MIB = 1024
+ALLOCATOR_SHARE = 0.10
+GPU_COUNTS = (1, 2, 4, 8, 16)
+ALLOWANCE_NOTE = (
+    f"need = peak allocated × (1 + {ALLOCATOR_SHARE:.0%} caching allocator) × (1 + headroom) "
+    f"+ {CUDA_CONTEXT_MIB} MiB CUDA context and library workspaces"
+)
+ESTIMATE_LABEL = "estimate (fake tensors, no GPU)"
+
+
+def gpu_mib(size_gb: float) -> float:
+    """Usable MiB of a GPU named `size_gb` GB: a common size's usual figure, else `size_gb` GiB."""
+    if size_gb == int(size_gb) and int(size_gb) in GPU_USABLE_MIB:
+        return float(GPU_USABLE_MIB[int(size_gb)])
+    return size_gb * 1024
+
+
+def need_mib(peak_allocated_bytes: float, headroom: float) -> float:
+    """What one GPU must hold for this peak: allocator allowance, headroom, CUDA context."""
+    return peak_allocated_bytes / MIB * (1 + ALLOCATOR_SHARE) * (1 + headroom) + CUDA_CONTEXT_MIB
+
+
+def smallest_gpu(need: float, sizes: Sequence[int] = GPU_SIZES_GB) -> int | None:
+    """The smallest common GPU size (GB) whose usable memory holds `need` MiB; None if none does."""
+    return next((s for s in sizes if gpu_mib(s) >= need), None)
+
+
+def entry_need(entry: Mapping[str, Any], headroom: float) -> float | None:
+    """The per-GPU need of an estimated configuration: its training or eval peak, whichever is higher."""
+    if not entry.get("estimable"):
+        return None
+    peak = max(float(entry.get("peak_allocated_bytes", 0)), float(entry.get("eval_peak_allocated_bytes", 0)))
+    return need_mib(peak, headroom)
+
+
+def verdict(entry: Mapping[str, Any], headroom: float, gpu_memory_gb: float = 0) -> dict[str, Any]:
+    """fits / does not fit / not estimable for one configuration, with the smallest GPU that holds it."""
+    need = entry_need(entry, headroom)
+    if need is None:
+        return {"fits": None, "status": "not estimable", "reason": str(entry.get("reason", ""))}
+    out: dict[str, Any] = {"need_mib": round(need, 1), "smallest_gpu_gb": smallest_gpu(need)}
+    if gpu_memory_gb:
+        fits = need <= gpu_mib(gpu_memory_gb)
+        out |= {"fits": fits, "status": "fits" if fits else "does not fit", "gpu_memory_gb": gpu_memory_gb}
+    else:
+        fits = out["smallest_gpu_gb"] is not None
+        out |= {"fits": fits, "status": "fits" if fits else "does not fit"}
+    return out
+
+
+def extrapolate(entry: Mapping[str, Any], strategy: str, gpus: int) -> float:
+    """Peak allocated bytes per rank of the same configuration on `gpus` ranks under `strategy`.
+
+    From one estimate's components: FSDP divides parameters, gradients and optimizer state by the
+    ranks and adds the unsharded blocks it gathers; DDP adds one gradient-sized bucket copy.
+    Labelled as extrapolated wherever it is shown; a fake run of the chosen point confirms it.
+    """
+    params = float(entry.get("parameters_bytes", 0)) + float(entry.get("buffers_bytes", 0))
+    grads = float(entry.get("gradients_bytes", 0))
+    opt = float(entry.get("optimizer_state_bytes", 0))
+    dynamic = float(entry.get("activations_bytes", 0)) + float(entry.get("temporaries_bytes", 0))
+    ranks = max(1, int(entry.get("gpus", 1))) if entry.get("strategy") == "fsdp" else 1
+    full = (params + grads + opt) * ranks  # back to one replica's static bytes
+    if strategy == "fsdp":
+        # Two gathered units (the one computing, the next prefetched): ~2/layers of the full weights.
+        gathered = 2 * (params * ranks) / max(1, int(entry.get("shard_units", 1) or 1))
+        return full / gpus + gathered + dynamic
+    static = full
+    if strategy == "ddp" and gpus > 1:
+        static += grads * ranks
+    return static + dynamic
+
+
+def smallest_configuration(
+    entry: Mapping[str, Any], headroom: float, sizes: Sequence[int] = GPU_SIZES_GB
+) -> dict[str, Any] | None:
+    """The cheapest (fewest GPU memory in all, then fewest GPUs) rental that holds this configuration."""
+    options = []
+    for gpus in GPU_COUNTS:
+        strategy = "none" if gpus == 1 else "fsdp"
+        peak = extrapolate(entry, strategy, gpus)
+        need = need_mib(peak, headroom)
+        size = smallest_gpu(need, sizes)
+        if size is not None:
+            options.append((size * gpus, gpus, size, strategy, need))
+    if not options:
+        return None
+    _, gpus, size, strategy, need = min(options)
+    return {"gpus": gpus, "gpu_memory_gb": size, "strategy": strategy, "need_mib": round(need, 1)}
+
+
+def format_mib(value_bytes: float) -> str:
+    mib = value_bytes / MIB
+    return f"{mib / 1024:.2f} GiB" if mib >= 1024 else f"{mib:.1f} MiB"
+
+
+def describe(entry: Mapping[str, Any]) -> str:
+    """The configuration in a few words: strategy × GPUs, microbatch, length, precision, checkpointing."""
+    parts = [
+        f"{entry.get('strategy', 'none')}×{entry.get('gpus', 1)}",
+        f"mb {entry.get('microbatch')}",
+        f"len {entry.get('max_length')}",
+        str(entry.get("precision", "")),
+    ]
+    if entry.get("activation_checkpointing"):
+        parts.append("ckpt")
+    return " ".join(parts)
+
+
+def line(entry: Mapping[str, Any]) -> str:
+    """One printed line per configuration: verdict, need, peak and its components."""
+    name = f"{entry.get('name', '?')}: {describe(entry)}"
+    if not entry.get("estimable"):
+        return f"{name}: not estimable ({entry.get('op', '?')}) — {entry.get('reason', '')}"
+    v = entry.get("verdict") or {}
+    target = f" {v['gpu_memory_gb']:g} GB" if v.get("gpu_memory_gb") else ""
+    smallest = v.get("smallest_gpu_gb")
+    holds = f"smallest GPU {smallest} GB" if smallest else "no single common GPU holds it"
+    parts = ", ".join(
+        f"{label} {format_mib(float(entry.get(key, 0)))}"
+        for label, key in (
+            ("params", "parameters_bytes"),
+            ("grads", "gradients_bytes"),
+            ("optimizer", "optimizer_state_bytes"),
+            ("activations", "activations_bytes"),
+            ("temporaries", "temporaries_bytes"),
+        )
+    )
+    return (
+        f"{name}: {v.get('status', '?')}{target} — needs {v.get('need_mib', 0) / 1024:.2f} GiB per GPU "
+        f"({holds}); peak allocated {format_mib(float(entry['peak_allocated_bytes']))} "
+        f"[{parts}], eval peak {format_mib(float(entry.get('eval_peak_allocated_bytes', 0)))}"
+    )
+
+
+def recommendation(entries: Iterable[Mapping[str, Any]], headroom: float) -> dict[str, Any] | None:
+    """The rental for the control (the first entry): GPU size and count, from the estimate."""
+    for entry in entries:
+        if entry.get("name") != "control" or not entry.get("estimable"):
+            continue
+        v = entry.get("verdict") or {}
+        if v.get("smallest_gpu_gb"):
+            return {
+                "gpus": int(entry.get("gpus", 1)),
+                "gpu_memory_gb": v["smallest_gpu_gb"],
+                "strategy": entry.get("strategy", "none"),
+                "need_mib": v.get("need_mib"),
+                "basis": "estimated",
+            }
+        smallest = smallest_configuration(entry, headroom)
+        return (smallest | {"basis": "extrapolated from the estimate"}) if smallest else None
+    return None
+
+
+def calibration(estimate_bytes: float | None, measured_mib: float | None) -> dict[str, Any] | None:
+    """Estimate vs measured peak allocated (CUDA): the ratio measured / estimate."""
+    if not estimate_bytes or measured_mib is None or measured_mib <= 0:
+        return None
+    est = estimate_bytes / MIB
+    return {
+        "estimate_mib": round(est, 1),
+        "measured_mib": round(measured_mib, 1),
+        "ratio": round(measured_mib / est, 3),
+    }
