@@ -94,22 +94,30 @@ def extrapolate(entry: Mapping[str, Any], strategy: str, gpus: int) -> float:
     return static + dynamic
 
 
-def smallest_configuration(
+def candidates(
     entry: Mapping[str, Any], headroom: float, sizes: Sequence[int] = GPU_SIZES_GB
-) -> dict[str, Any] | None:
-    """The cheapest (fewest GPU memory in all, then fewest GPUs) rental that holds this configuration."""
+) -> list[dict[str, Any]]:
+    """Rentals that would hold this configuration by extrapolation, cheapest first (GPU memory in
+    all, then fewer GPUs): one GPU without a strategy, or 2-16 GPUs with FSDP."""
     options = []
     for gpus in GPU_COUNTS:
         strategy = "none" if gpus == 1 else "fsdp"
-        peak = extrapolate(entry, strategy, gpus)
-        need = need_mib(peak, headroom)
+        need = need_mib(extrapolate(entry, strategy, gpus), headroom)
         size = smallest_gpu(need, sizes)
         if size is not None:
             options.append((size * gpus, gpus, size, strategy, need))
-    if not options:
-        return None
-    _, gpus, size, strategy, need = min(options)
-    return {"gpus": gpus, "gpu_memory_gb": size, "strategy": strategy, "need_mib": round(need, 1)}
+    return [
+        {"gpus": gpus, "gpu_memory_gb": size, "strategy": strategy, "need_mib": round(need, 1)}
+        for _, gpus, size, strategy, need in sorted(options)
+    ]
+
+
+def smallest_configuration(
+    entry: Mapping[str, Any], headroom: float, sizes: Sequence[int] = GPU_SIZES_GB
+) -> dict[str, Any] | None:
+    """The cheapest rental that holds this configuration, by extrapolation."""
+    found = candidates(entry, headroom, sizes)
+    return found[0] if found else None
 
 
 def format_mib(value_bytes: float) -> str:
@@ -170,8 +178,11 @@ def recommendation(entries: Iterable[Mapping[str, Any]], headroom: float) -> dic
                 "need_mib": v.get("need_mib"),
                 "basis": "estimated",
             }
-        smallest = smallest_configuration(entry, headroom)
-        return (smallest | {"basis": "extrapolated from the estimate"}) if smallest else None
+        # The confirmed one when the runner checked it by a fake run, else the extrapolation.
+        smallest = entry.get("smallest_configuration") or smallest_configuration(entry, headroom)
+        if not smallest:
+            return None
+        return {"basis": "extrapolated from the estimate"} | dict(smallest)
     return None
 
 
@@ -185,3 +196,152 @@ def calibration(estimate_bytes: float | None, measured_mib: float | None) -> dic
         "measured_mib": round(measured_mib, 1),
         "ratio": round(measured_mib / est, 3),
     }
+
+
+# ------------------------------------------------------------------ the plan's view (R18, R23)
+
+
+def _peak_of(rows: Mapping[str, Any], keys: Sequence[str], counter: str) -> float | None:
+    values = [
+        float((rows[k].get("memory") or {}).get(counter))
+        for k in keys
+        if k in rows and isinstance((rows[k].get("memory") or {}).get(counter), int | float)
+    ]
+    return max(values) if values else None
+
+
+def _measured(
+    name: str, rows: Mapping[str, Any], fit_points: Mapping[str, Any], counter: str
+) -> dict[str, Any]:
+    """The pilot's measured training and eval peaks of one configuration, by the given counter."""
+    if name.startswith("fit-"):
+        point = fit_points.get(name) or {}
+        prefix = "" if counter == "peak_rss_mb" else "_allocated"
+        train = point.get(f"train_peak{prefix}_mb") if prefix else point.get("train_peak_mb")
+        evaluated = point.get(f"eval_peak{prefix}_mb") if prefix else point.get("eval_peak_mb")
+        return {"train_mb": train, "eval_mb": evaluated}
+    suffix = "" if name == "control" else f"@{name}"
+    return {
+        "train_mb": _peak_of(rows, [f"first_step{suffix}", f"steady{suffix}"], counter),
+        "eval_mb": _peak_of(rows, [f"eval_longest{suffix}"], counter),
+    }
+
+
+def plan_view(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Estimate beside measurement for every configuration, and the rental it recommends.
+
+    On a CUDA pilot: estimate vs measured peak allocated with their ratio (the calibration on this
+    kind of model), and the recommendation scaled by the control's ratio. On a CPU pilot: the
+    estimate, labelled as one, beside the measured peak RSS, which says nothing about a GPU.
+    """
+    section = data.get("estimate")
+    if not isinstance(section, Mapping) or not section.get("configurations"):
+        return None
+    rows: dict[str, Any] = {}
+    for row in data.get("phases") or []:
+        if isinstance(row, Mapping) and "step" in row:
+            rows[str(row["step"])] = row
+    cuda = any("peak_allocated_mb" in (r.get("memory") or {}) for r in rows.values())
+    counter = "peak_allocated_mb" if cuda else "peak_rss_mb"
+    fit = data.get("fit") if isinstance(data.get("fit"), Mapping) else {}
+    points = {
+        f"fit-mb{p.get('microbatch')}-len{p.get('max_length')}": p for p in (fit or {}).get("points") or []
+    }
+    headroom = float((section.get("target") or {}).get("headroom", 0.15))
+    out_rows = []
+    for entry in section["configurations"]:
+        name = str(entry.get("name"))
+        item: dict[str, Any] = {"name": name, "estimable": bool(entry.get("estimable"))}
+        if entry.get("estimable"):
+            item |= {
+                "estimate_train_mb": entry.get("peak_allocated_mb"),
+                "estimate_eval_mb": entry.get("eval_peak_allocated_mb"),
+                "need_mib": entry.get("need_mib"),
+                "status": entry.get("status"),
+                "smallest_gpu_gb": entry.get("smallest_gpu_gb"),
+            }
+        else:
+            item["reason"] = f"not estimable ({entry.get('op', '?')}): {entry.get('reason', '')}"
+        measured = _measured(name, rows, points, counter)
+        item |= {f"measured_{k}": v for k, v in measured.items() if v is not None}
+        if cuda and entry.get("estimable"):
+            for part in ("train", "eval"):
+                cal = calibration(
+                    _mib_bytes(entry.get(f"{'peak' if part == 'train' else 'eval_peak'}_allocated_mb")),
+                    measured.get(f"{part}_mb"),
+                )
+                if cal:
+                    item[f"{part}_ratio"] = cal["ratio"]
+        out_rows.append(item)
+    view: dict[str, Any] = {
+        "label": section.get("label", ESTIMATE_LABEL),
+        "device": "cuda" if cuda else "cpu",
+        "measured_counter": "peak allocated" if cuda else "peak RSS (whole CPU process, not a GPU figure)",
+        "target": dict(section.get("target") or {}),
+        "allowance": section.get("allowance", ALLOWANCE_NOTE),
+        "configurations": out_rows,
+    }
+    rec = section.get("recommendation")
+    if isinstance(rec, Mapping):
+        view["recommendation"] = dict(rec)
+        control = next((r for r in out_rows if r["name"] == "control"), {})
+        ratio = control.get("train_ratio")
+        if cuda and ratio and control.get("estimate_train_mb"):
+            # Calibrated: the estimate's need scaled by what this GPU measured for the control.
+            peak = (
+                max(float(control["estimate_train_mb"]), float(control.get("estimate_eval_mb") or 0)) * ratio
+            )
+            need = need_mib(peak * MIB, headroom)
+            view["recommendation"] |= {
+                "calibrated_need_mib": round(need, 1),
+                "calibrated_gpu_gb": smallest_gpu(need),
+                "calibration_ratio": ratio,
+            }
+    return view
+
+
+def _mib_bytes(mib: Any) -> float | None:
+    return float(mib) * MIB if isinstance(mib, int | float) else None
+
+
+def plan_view_lines(view: Mapping[str, Any] | None) -> list[str]:
+    """The plan's estimate block as text."""
+    if not view:
+        return []
+    t = view.get("target") or {}
+    lines = [
+        "",
+        f"Memory per GPU, {view['label']}: {t.get('strategy', 'none')} on {t.get('gpus', 1)} GPU(s); "
+        f"measured: {view['measured_counter']}",
+        f"  allowance: {view['allowance']}",
+    ]
+    for r in view["configurations"]:
+        if not r["estimable"]:
+            lines.append(f"  {r['name']:<16} {r['reason']}")
+            continue
+        measured = ""
+        if "measured_train_mb" in r:
+            measured = f" · measured train {r['measured_train_mb']:.1f} MiB"
+            if "train_ratio" in r:
+                measured += f" (measured/estimate {r['train_ratio']:.2f})"
+        if "measured_eval_mb" in r:
+            measured += f" · measured eval {r['measured_eval_mb']:.1f} MiB"
+            if "eval_ratio" in r:
+                measured += f" (measured/estimate {r['eval_ratio']:.2f})"
+        lines.append(
+            f"  {r['name']:<16} estimate train {r['estimate_train_mb']:.1f} MiB, eval {r['estimate_eval_mb']:.1f} MiB"
+            f" · needs {float(r['need_mib']) / 1024:.2f} GiB · {r['status']}{measured}"
+        )
+    rec = view.get("recommendation")
+    if rec:
+        line = (
+            f"  rent: {rec['gpus']} × {rec['gpu_memory_gb']} GB ({rec['strategy']}), "
+            f"{float(rec['need_mib']) / 1024:.1f} GiB per GPU ({rec['basis']})"
+        )
+        if "calibrated_need_mib" in rec:
+            line += (
+                f"; calibrated by this GPU's ratio {rec['calibration_ratio']:.2f}: "
+                f"{rec['calibrated_need_mib'] / 1024:.1f} GiB → {rec['calibrated_gpu_gb']} GB"
+            )
+        lines.append(line)
+    return lines

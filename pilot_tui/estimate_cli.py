@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from . import estimate as est
-from .spec import PRECISIONS, SpecError, load_spec
+from .spec import PRECISIONS, STRATEGIES, SpecError, load_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-STRATEGIES = ("none", "ddp", "fsdp")
 
 
 class BadEstimateInput(Exception):

@@ -589,7 +589,15 @@ def compute_plan(data: Mapping[str, Any]) -> dict[str, Any]:
     """The record's `[plan]`: `sheet` (R18) and `package` (R19), from its own rows and spec."""
     spec = spec_of(data)
     sheet = choice_sheet(data, spec)
-    return {"sheet": sheet, "package": package_plan(data, sheet, spec)}
+    return {"sheet": sheet, "package": package_plan(data, sheet, spec)} | estimate_view(data)
+
+
+def estimate_view(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`estimate`: the fake-tensor estimate beside the measurement, and its rental (R23)."""
+    from .estimate import plan_view
+
+    view = plan_view(data)
+    return {"estimate": view} if view else {}
 
 
 # ---------------------------------------------------------------------------------- text views
@@ -662,7 +670,9 @@ def plan_lines(plan: Mapping[str, Any]) -> list[str]:
         lines.append(f"  not planned: {n['id']} ({n['cause']}): {n['reason']}")
     for a in p["assumptions"]:
         lines.append(f"  assumes: {a}")
-    return lines
+    from .estimate import plan_view_lines
+
+    return lines + plan_view_lines(plan.get("estimate"))
 
 
 def print_plan(record_path: str | Path, out: TextIO | None = None) -> int:

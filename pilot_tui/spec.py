@@ -26,6 +26,7 @@ HOLDS = ("updates", "epochs")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "linear", "cosine")
 GROUP_KINDS = ("id", "time")
+STRATEGIES = ("none", "ddp", "fsdp")
 
 
 class SpecError(Exception):
@@ -220,6 +221,18 @@ class PlanSpec:
 
 
 @dataclass(frozen=True)
+class EstimateSpec:
+    """The machine the per-GPU memory estimate is for (R23); unset values take the defaults."""
+
+    # none | ddp | fsdp; default: none on one GPU, ddp on several.
+    strategy: str = ""
+    # GPUs (ranks) per configuration; 0 = plan.gpus.
+    gpus: int = 0
+    # The GPU memory to check against, in GB; 0 = report the smallest common size that holds it.
+    gpu_memory_gb: float = 0.0
+
+
+@dataclass(frozen=True)
 class CampaignSpec:
     """The whole campaign file."""
 
@@ -238,6 +251,7 @@ class CampaignSpec:
     resume: ResumeSpec = field(default_factory=ResumeSpec)
     control: ControlSpec = field(default_factory=ControlSpec)
     plan: PlanSpec = field(default_factory=PlanSpec)
+    estimate: EstimateSpec = field(default_factory=EstimateSpec)
 
     def limit_for(self, phase: str) -> LimitSpec:
         """The phase's own ceilings, else the `[limits.default]` ones."""
@@ -493,6 +507,11 @@ def _check(spec: CampaignSpec) -> None:
     need(p.checkpoints >= 0, "plan.checkpoints", "must be ≥ 0 (0 = one per epoch)")
     need(p.validation_size >= 0, "plan.validation_size", "must be ≥ 0 (0 = from the split ratios)")
     need(len(set(p.priority)) == len(p.priority), "plan.priority", "a configuration is listed twice")
+    e = spec.estimate
+    need(e.strategy in ("", *STRATEGIES), "estimate.strategy", f"must be one of {', '.join(STRATEGIES)}")
+    need(e.gpus >= 0, "estimate.gpus", "must be ≥ 1 (or left out: plan.gpus)")
+    need(e.gpu_memory_gb >= 0, "estimate.gpu_memory_gb", "must be > 0 GB (or left out)")
+    need(not (e.strategy == "none" and e.gpus > 1), "estimate.strategy", "'none' runs on one GPU")
 
 
 def _line_of(text: str, key: str) -> int | None:

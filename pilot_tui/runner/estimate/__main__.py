@@ -64,7 +64,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             gpu_memory_gb=float(flags["gpu_memory_gb"] or 0),
             headroom=float(request.get("headroom") or 0.15),
         )
-        return estimate_model_dir(Path(request["model"]), target, **batch)
+        return estimate_model_dir(Path(request["model"]), target, _progress, **batch)
     loaded = with_batch_overrides(load_spec(request["campaign"]), **batch)
     target = target_of(loaded, **flags)
     if loaded.spec.task.builtin in HF_BUILTINS:

@@ -117,30 +117,36 @@ def estimate_configs(
 
 
 def smallest_confirmed(
-    source: ModelSource, cfg: FakeConfig, entry: dict[str, Any], target: Target, confirm: bool
+    source: ModelSource, cfg: FakeConfig, entry: dict[str, Any], target: Target, confirm: bool, tries: int = 2
 ) -> dict[str, Any] | None:
-    """The cheapest rental that would hold the control, extrapolated, then checked by one fake run."""
-    best = est.smallest_configuration(entry, target.headroom)
-    if best is None or not confirm or (best["gpus"] == cfg.gpus and best["strategy"] == cfg.strategy):
-        return best and best | {"basis": "extrapolated from the estimate"}
-    checked = run_fake(source, replace(cfg, strategy=best["strategy"], gpus=best["gpus"]))
-    if not checked.get("estimable"):
-        return best | {"basis": "extrapolated; the fake run of it failed: " + str(checked.get("reason"))}
-    need = est.need_mib(
-        max(checked["peak_allocated_bytes"], checked["eval_peak_allocated_bytes"]), target.headroom
-    )
-    size = est.smallest_gpu(need)
-    return {
-        "gpus": best["gpus"],
-        "strategy": best["strategy"],
-        "gpu_memory_gb": size,
-        "need_mib": round(need, 1),
-        "peak_allocated_bytes": checked["peak_allocated_bytes"],
-        "basis": "estimated by a fake run of that configuration",
-    }
+    """The cheapest rental that would hold the control: extrapolated from its components, then
+    checked by a fake run of that configuration (the next candidate when the check says no)."""
+    options = est.candidates(entry, target.headroom)
+    if not options:
+        return None
+    if not confirm:
+        return options[0] | {"basis": "extrapolated from the estimate"}
+    for best in options[:tries]:
+        checked = run_fake(source, replace(cfg, strategy=best["strategy"], gpus=best["gpus"]))
+        if not checked.get("estimable"):
+            return best | {"basis": f"extrapolated; the fake run of it failed: {checked.get('reason')}"}
+        peak = max(checked["peak_allocated_bytes"], checked["eval_peak_allocated_bytes"])
+        need = est.need_mib(peak, target.headroom)
+        if need <= est.gpu_mib(best["gpu_memory_gb"]):
+            return best | {
+                "need_mib": round(need, 1),
+                "peak_allocated_bytes": peak,
+                "basis": "estimated by a fake run of that configuration",
+            }
+    return options[0] | {"basis": "extrapolated; not confirmed by the fake runs tried"}
 
 
-def estimate_model_dir(model_dir: Path, target: Target, **batch: Any) -> dict[str, Any]:
+def estimate_model_dir(
+    model_dir: Path,
+    target: Target,
+    progress: Callable[[int, int, str], None] | None = None,
+    **batch: Any,
+) -> dict[str, Any]:
     """`pilot-tui estimate --model DIR`: one configuration from the flags, config.json alone."""
     from .sources import hf_default_length
 
@@ -156,4 +162,4 @@ def estimate_model_dir(model_dir: Path, target: Target, **batch: Any) -> dict[st
         strategy=target.strategy,
         gpus=target.gpus,
     )
-    return estimate_configs(source, [cfg], target)
+    return estimate_configs(source, [cfg], target, progress)
