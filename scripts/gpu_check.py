@@ -293,6 +293,7 @@ def demo_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> 
         or ("all rows pass/warn" if code == 0 else f"no failed row, but {exit_text(code, seconds)}"),
     )
     row_checks(checks, "demo", data)
+    estimate_vs_measured(checks, data)
     variants = {v["id"]: v for v in data.get("variants", [])}
     ctrl, bf16 = variants.get("control", {}), variants.get("bf16", {})
     a, b = ctrl.get("saved_activations_mb"), bf16.get("saved_activations_mb")
@@ -352,6 +353,18 @@ def demo_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> 
         f"tf32 {envr.get('tf32_matmul')} · uuid {dev.get('uuid', '')[:18]} · pci {dev.get('pci_bus_id')} · "
         f"CUBLAS {envr.get('env_vars', {}).get('CUBLAS_WORKSPACE_CONFIG')}",
     )
+
+
+def estimate_vs_measured(checks: Checks, data: dict[str, Any]) -> None:
+    """The fake-tensor estimate of every demo configuration against its measured peak allocated
+    (scripts/gpu_check_estimate.py: one line each, a check per ratio measured at the same length)."""
+    from gpu_check_estimate import report_estimate  # beside this script
+
+    def check(ok: bool, what: str) -> bool:
+        checks.add(what, ok)
+        return ok
+
+    report_estimate(data, check)
 
 
 def oom_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> None:

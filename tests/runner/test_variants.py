@@ -21,7 +21,7 @@ from pilot_tui.steps import Step
 from pilot_tui.tasks.loader import load_task
 
 # Engine and closing phases the variant checks do not need (each one costs seconds).
-SKIP = ["stack", "inspect", "split", "overfit", "save", "export", "lr_run", "resume", "final"]
+SKIP = ["stack", "estimate", "inspect", "split", "overfit", "save", "export", "lr_run", "resume", "final"]
 
 
 @pytest.fixture(autouse=True)

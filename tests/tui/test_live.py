@@ -19,7 +19,7 @@ from pilot_tui.tui.state import FAIL, RUNNING, WAITING
 from .fake_nvml import NoDriverNvml
 from .waiting import wait_for
 
-SKIP = ["stack", "inspect", "split", "overfit", "lr_run", "resume", "final"]
+SKIP = ["stack", "estimate", "inspect", "split", "overfit", "lr_run", "resume", "final"]
 
 
 def gone(pid: int) -> bool:

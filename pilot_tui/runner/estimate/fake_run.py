@@ -5,7 +5,8 @@ no data, and `MemTracker` (or `FSDPMemTracker` over a fake process group of N ra
 bytes each one would hold, by category, and the peak of their sum. What runs is the runner's own
 update: the task's forward and loss, autocast for the precision, `accumulation` microbatches (two
 at most: the second one meets the first one's gradients), gradient clipping and AdamW — twice, so
-the second update runs with the optimizer state already resident, as every later update does.
+the second update runs with the optimizer state already resident, as every later update does
+(the first, which only creates that state, runs one microbatch).
 
 The simulation runs on fake *CPU* tensors: a CPU-only torch cannot run autograd on fake CUDA
 tensors. Where the GPU differs, the run does what the GPU would: every block is rounded up to the
@@ -261,7 +262,9 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
             for update in range(2):
                 optimizer.zero_grad(set_to_none=True)
                 model.train()
-                for micro in range(min(cfg.accumulation, 2)):
+                # The first update only has to create the optimizer state: one microbatch. The
+                # second meets it resident, and its second microbatch meets the first's gradients.
+                for micro in range(1 if update == 0 else min(cfg.accumulation, 2)):
                     before = _snapshot(tracker, device)
                     with autocast(device, cfg.precision):
                         logits = objective.forward(source.task, model, train)
