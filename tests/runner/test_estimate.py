@@ -244,3 +244,21 @@ def test_hugging_face_causal_lm_from_config_json_alone(tmp_path: Path) -> None:
     assert "no weights read" in result["source"]
     assert not list(tmp_path.glob("*.safetensors"))  # nothing but the config was there to read
     assert tomllib.loads("a = 1")  # the record format stays TOML (sanity of the import)
+
+
+def test_hugging_face_lora_from_the_campaign_options_trains_only_the_adapters(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from pilot_tui.runner.estimate.sources import hf_source
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    source = hf_source(tmp_path, lora)
+    out = run_fake(source, FakeConfig("control", 1, 1, 32, "fp32", False, allocator_rounding=False))
+    assert out["estimable"], out
+    base = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**TINY_LLAMA))
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    adapters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert out["trainable_parameters"] == adapters
+    assert (out["gradients_bytes"], out["optimizer_state_bytes"]) == (4 * adapters, 8 * adapters)
+    assert out["parameters_bytes"] == 4 * sum(p.numel() for p in model.parameters())

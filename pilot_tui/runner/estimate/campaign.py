@@ -86,7 +86,10 @@ def source_for(ctx: RunContext) -> ModelSource:
     """A Hugging Face campaign is estimated from its config.json (never its weights); others from the task."""
     t = ctx.spec.task
     if t.builtin in HF_BUILTINS and t.options.get("model"):
-        return hf_source(ctx.loaded.resolve(str(t.options["model"])))
+        lora = t.options.get("lora")
+        return hf_source(
+            ctx.loaded.resolve(str(t.options["model"])), lora if isinstance(lora, dict) else None
+        )
     return task_source(ctx)
 
 

@@ -84,7 +84,44 @@ def read_hf_config(model_dir: Path) -> dict[str, Any]:
     return data
 
 
-def hf_source(model_dir: Path) -> ModelSource:
+def materialize(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """Replace every meta parameter and buffer by an empty tensor on `device` (a fake one under
+    the fake mode), keeping ties (one tensor shared by two modules stays shared) and requires_grad."""
+    memo: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None:
+                if id(p) not in memo:
+                    memo[id(p)] = torch.nn.Parameter(
+                        torch.empty(p.shape, dtype=p.dtype, device=device), requires_grad=p.requires_grad
+                    )
+                module._parameters[name] = memo[id(p)]  # type: ignore[assignment]
+        for name, b in list(module._buffers.items()):
+            if b is not None:
+                if id(b) not in memo:
+                    memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device=device)
+                module._buffers[name] = memo[id(b)]
+    return model
+
+
+def with_lora(model: torch.nn.Module, lora: dict[str, Any]) -> torch.nn.Module:
+    """The model with peft's LoRA adapters (`lora = { r, alpha, dropout, target_modules }`):
+    only the adapters are trainable, so only they carry gradients and optimizer state."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise NotEstimable("peft", "the campaign asks for LoRA: pip install 'pilot-tui[hf]' (peft)") from None
+    config = LoraConfig(
+        r=int(lora.get("r", 8)),
+        lora_alpha=int(lora.get("alpha", 16)),
+        lora_dropout=float(lora.get("dropout", 0.0)),
+        target_modules=lora.get("target_modules") or "all-linear",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def hf_source(model_dir: Path, lora: dict[str, Any] | None = None) -> ModelSource:
     """A causal LM built from `config.json` alone: no weights are read, every tensor is fake."""
     read_hf_config(model_dir)
     try:
@@ -104,12 +141,20 @@ def hf_source(model_dir: Path) -> ModelSource:
         raise ModelDirError(f"{model_dir / 'config.json'}: no vocab_size")
 
     def build() -> torch.nn.Module:
-        # fp32 master weights, as the runner trains them (precision is autocast), whatever dtype
-        # the config names. transformers 5 spells it `dtype`, 4.x `torch_dtype`.
-        try:
-            return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        except TypeError:
-            return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        # Built on the meta device outside the fake mode (transformers and peft move modules with
+        # `.to()`, which cannot swap fake parameters), then every tensor becomes a fake one.
+        with unset_fake_temporarily(), torch.device("meta"):
+            # fp32 master weights, as the runner trains them (precision is autocast), whatever
+            # dtype the config names. transformers 5 spells it `dtype`, 4.x `torch_dtype`.
+            try:
+                model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            except TypeError:
+                model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+            if lora:
+                model = with_lora(model, lora)
+        return materialize(model, torch.device("cpu"))
 
     def collate(examples: Sequence[Any], max_length: int) -> dict[str, torch.Tensor]:
         return synthetic(len(examples), max_length)
@@ -141,7 +186,8 @@ def hf_source(model_dir: Path) -> ModelSource:
         build=build,
         batch=lambda mb, length, train: synthetic(mb, length),
         set_checkpointing=checkpointing,
-        description=f"{getattr(config, 'model_type', '?')} from {model_dir / 'config.json'} (no weights read)",
+        description=f"{getattr(config, 'model_type', '?')} from {model_dir / 'config.json'} (no weights read)"
+        + (f", LoRA r={lora.get('r', 8)}" if lora else ""),
     )
 
 
