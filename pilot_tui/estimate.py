@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .rows import PhaseRow, StepKey, newest_by_key, number, read_rows
+
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 # Common GPU memory sizes (GB, as rental offers name them) and the memory NVML reports on the usual
@@ -201,29 +203,31 @@ def calibration(estimate_bytes: float | None, measured_mib: float | None) -> dic
 # ------------------------------------------------------------------ the plan's view (R18, R23)
 
 
-def _peak_of(rows: Mapping[str, Any], keys: Sequence[str], counter: str) -> float | None:
+def _peak_of(rows: Mapping[str, PhaseRow], keys: Sequence[str], cuda: bool) -> float | None:
     values = [
-        float((rows[k].get("memory") or {}).get(counter))
+        v
         for k in keys
-        if k in rows and isinstance((rows[k].get("memory") or {}).get(counter), int | float)
+        if k in rows
+        and (v := rows[k].memory.peak_allocated_mb if cuda else rows[k].memory.peak_rss_mb) is not None
     ]
     return max(values) if values else None
 
 
 def _measured(
-    name: str, rows: Mapping[str, Any], fit_points: Mapping[str, Any], counter: str
+    name: str, rows: Mapping[str, PhaseRow], fit_points: Mapping[str, Any], cuda: bool
 ) -> dict[str, Any]:
-    """The pilot's measured training and eval peaks of one configuration, by the given counter."""
+    """The pilot's measured training and eval peaks of one configuration: peak allocated on CUDA,
+    peak RSS on CPU (the fit-search points carry their own)."""
     if name.startswith("fit-"):
         point = fit_points.get(name) or {}
-        prefix = "" if counter == "peak_rss_mb" else "_allocated"
-        train = point.get(f"train_peak{prefix}_mb") if prefix else point.get("train_peak_mb")
-        evaluated = point.get(f"eval_peak{prefix}_mb") if prefix else point.get("eval_peak_mb")
-        return {"train_mb": train, "eval_mb": evaluated}
-    suffix = "" if name == "control" else f"@{name}"
+        suffix = "_allocated_mb" if cuda else "_mb"
+        return {
+            "train_mb": number(point.get(f"train_peak{suffix}")),
+            "eval_mb": number(point.get(f"eval_peak{suffix}")),
+        }
     return {
-        "train_mb": _peak_of(rows, [f"first_step{suffix}", f"steady{suffix}"], counter),
-        "eval_mb": _peak_of(rows, [f"eval_longest{suffix}"], counter),
+        "train_mb": _peak_of(rows, [StepKey("first_step", name).key, StepKey("steady", name).key], cuda),
+        "eval_mb": _peak_of(rows, [StepKey("eval_longest", name).key], cuda),
     }
 
 
@@ -237,12 +241,8 @@ def plan_view(data: Mapping[str, Any]) -> dict[str, Any] | None:
     section = data.get("estimate")
     if not isinstance(section, Mapping) or not section.get("configurations"):
         return None
-    rows: dict[str, Any] = {}
-    for row in data.get("phases") or []:
-        if isinstance(row, Mapping) and "step" in row:
-            rows[str(row["step"])] = row
-    cuda = any("peak_allocated_mb" in (r.get("memory") or {}) for r in rows.values())
-    counter = "peak_allocated_mb" if cuda else "peak_rss_mb"
+    rows = newest_by_key(read_rows(data.get("phases")))
+    cuda = any(r.memory.on_cuda for r in rows.values())
     fit = data.get("fit") if isinstance(data.get("fit"), Mapping) else {}
     points = {
         f"fit-mb{p.get('microbatch')}-len{p.get('max_length')}": p for p in (fit or {}).get("points") or []
@@ -262,7 +262,7 @@ def plan_view(data: Mapping[str, Any]) -> dict[str, Any] | None:
             }
         else:
             item["reason"] = f"not estimable ({entry.get('op', '?')}): {entry.get('reason', '')}"
-        measured = _measured(name, rows, points, counter)
+        measured = _measured(name, rows, points, cuda)
         item |= {f"measured_{k}": v for k, v in measured.items() if v is not None}
         if cuda and entry.get("estimable"):
             for part in ("train", "eval"):

@@ -57,6 +57,14 @@ _TABLE: list[PhaseInfo] = [
         "docs/plan.md",
         fail_fast=True,
     ),
+    # Which machine: per-GPU memory of every configuration under fake tensors (nothing allocated,
+    # no weight loaded), right after the software stack and before any data check or load (R23).
+    PhaseInfo(
+        "estimate",
+        "stack",
+        "per-GPU memory of each configuration under fake tensors, before any weight is loaded",
+        "docs/estimate.md",
+    ),
     PhaseInfo(
         "inspect",
         "data",
@@ -66,12 +74,6 @@ _TABLE: list[PhaseInfo] = [
     ),
     PhaseInfo("split", "data", "no group and no identical example in two splits", "docs/checks.md"),
     PhaseInfo("overfit", "data", "a tiny subset is learnt and argmax recovers its labels", "docs/checks.md"),
-    PhaseInfo(
-        "estimate",
-        "engine",
-        "per-GPU memory of each configuration under fake tensors, before any weight is loaded",
-        "docs/estimate.md",
-    ),
     PhaseInfo("load", "engine", "build the model and load the weights", "docs/engine.md", control_gate=True),
     PhaseInfo(
         "first_step",

@@ -31,10 +31,18 @@ def pad_to(batch: dict[str, torch.Tensor], length: int, task: Task) -> dict[str,
     return out
 
 
-def _longest(ctx: RunContext, indices: Sequence[int], count: int, max_length: int) -> list[int]:
-    from ..phases.eval_longest import raw_lengths
+def raw_length(task: Task, example: Any) -> int:
+    """Untruncated length of one example as the task's collate builds it (as eval_longest reads it)."""
+    batch = task.collate([example], 0)
+    if "raw_length" in batch:
+        return int(batch["raw_length"][0])
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    return int(batch["labels"].numel())
 
-    lengths = raw_lengths(ctx, list(indices))
+
+def _longest(ctx: RunContext, indices: Sequence[int], count: int, max_length: int) -> list[int]:
+    lengths = [raw_length(ctx.task, ctx.task.examples[i]) for i in indices]
     order = sorted(range(len(indices)), key=lambda j: (-lengths[j], indices[j]))
     chosen = [indices[j] for j in order[:count]]
     # A microbatch larger than the split repeats its longest examples (the shape is what counts).
