@@ -124,7 +124,9 @@ def smallest_configuration(
 
 def format_mib(value_bytes: float) -> str:
     mib = value_bytes / MIB
-    return f"{mib / 1024:.2f} GiB" if mib >= 1024 else f"{mib:.1f} MiB"
+    if mib >= 1024:
+        return f"{mib / 1024:.2f} GiB"
+    return f"{mib:.1f} MiB" if mib >= 1 else f"{value_bytes / 1024:.1f} KiB"
 
 
 def describe(entry: Mapping[str, Any]) -> str:
