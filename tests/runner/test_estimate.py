@@ -262,3 +262,24 @@ def test_hugging_face_lora_from_the_campaign_options_trains_only_the_adapters(tm
     assert out["trainable_parameters"] == adapters
     assert (out["gradients_bytes"], out["optimizer_state_bytes"]) == (4 * adapters, 8 * adapters)
     assert out["parameters_bytes"] == 4 * sum(p.numel() for p in model.parameters())
+
+
+def test_hugging_face_campaign_is_estimated_from_its_config_with_lora_and_fsdp(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    from pilot_tui.runner.estimate.__main__ import run
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    (tmp_path / "c.toml").write_text(
+        "[campaign]\nname = 'hf'\n[task]\nbuiltin = 'hf_causal_lm'\n"
+        "options = { model = 'model', lora = { r = 4, target_modules = ['q_proj'] } }\n"
+        "[batch]\nmicrobatch = 1\nmax_length = 32\nupdates = 4\n"
+        "[estimate]\nstrategy = 'fsdp'\ngpus = 2\ngpu_memory_gb = 24\n"
+    )
+    result = run({"campaign": str(tmp_path / "c.toml")})
+    (entry,) = result["configurations"]
+    assert entry["estimable"] and entry["verdict"]["status"] == "fits", entry
+    assert (entry["strategy"], entry["gpus"]) == ("fsdp", 2)
+    assert "LoRA r=4" in result["source"] and "no weights read" in result["source"]
+    assert entry["gradients_bytes"] < entry["parameters_bytes"] / 10  # only the adapters train
