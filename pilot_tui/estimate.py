@@ -227,9 +227,15 @@ def _measured(
             "train_mb": number(point.get(f"train_peak{suffix}")),
             "eval_mb": number(point.get(f"eval_peak{suffix}")),
         }
+    first, evaluated = rows.get(StepKey("first_step", name).key), rows.get(StepKey("eval_longest", name).key)
+    shapes = (first.details.get("input_shapes") if first else None) or []
+    eval_shape = (evaluated.details.get("input_shape") if evaluated else None) or []
     return {
         "train_mb": _peak_of(rows, [StepKey("first_step", name).key, StepKey("steady", name).key], cuda),
         "eval_mb": _peak_of(rows, [StepKey("eval_longest", name).key], cuda),
+        # The widths the pilot measured on: the sampler's batches and the longest validation batch.
+        "train_width": max((int(s[-1]) for s in shapes if isinstance(s, list) and len(s) > 1), default=None),
+        "eval_width": int(eval_shape[-1]) if isinstance(eval_shape, list) and len(eval_shape) > 1 else None,
     }
 
 
@@ -266,6 +272,19 @@ def plan_view(data: Mapping[str, Any]) -> dict[str, Any] | None:
             item["reason"] = f"not estimable ({entry.get('op', '?')}): {entry.get('reason', '')}"
         measured = _measured(name, rows, points, cuda)
         item |= {f"measured_{k}": v for k, v in measured.items() if v is not None}
+        length = entry.get("max_length")
+        narrower = [
+            f"{part} on {measured[f'{part}_width']} tokens"
+            for part in ("train", "eval")
+            if measured.get(f"{part}_width") and length and measured[f"{part}_width"] < int(length)
+        ]
+        for part in ("train", "eval"):
+            width = measured.get(f"{part}_width")
+            item[f"{part}_same_length"] = not (width and length and width < int(length))
+        if narrower:
+            # The estimate is for the longest sequences the configuration admits; the pilot's
+            # batches may be shorter, and then the measurement is lower for that reason alone.
+            item["width_note"] = f"measured {', '.join(narrower)}; estimated on {length}"
         if cuda and entry.get("estimable"):
             for part in ("train", "eval"):
                 cal = calibration(
@@ -330,6 +349,8 @@ def plan_view_lines(view: Mapping[str, Any] | None) -> list[str]:
             measured += f" · measured eval {r['measured_eval_mb']:.1f} MiB"
             if "eval_ratio" in r:
                 measured += f" (measured/estimate {r['eval_ratio']:.2f})"
+        if "width_note" in r:
+            measured += f" ({r['width_note']})"
         lines.append(
             f"  {r['name']:<16} estimate train {r['estimate_train_mb']:.1f} MiB, eval {r['estimate_eval_mb']:.1f} MiB"
             f" · needs {float(r['need_mib']) / 1024:.2f} GiB · {r['status']}{measured}"

@@ -71,8 +71,11 @@ def _record(cuda: bool) -> dict[str, Any]:
         {"step": step, "name": step, "variant": "control", "verdict": "pass", "memory": dict(memory)}
         for step in ("first_step", "steady", "eval_longest")
     ]
+    rows[0]["details"] = {"input_shapes": [[2, 18], [2, 16]]}  # first_step: the sampler's batches
+    rows[2]["details"] = {"input_shape": [2, 28]}  # eval_longest: as long as the max length
     config = {
         "name": "control",
+        "max_length": 28,
         "estimable": True,
         "peak_allocated_mb": 100.0,
         "eval_peak_allocated_mb": 80.0,
@@ -104,6 +107,9 @@ def test_plan_on_cuda_shows_estimate_vs_measured_peak_allocated_with_the_ratio()
     control, mb1 = view["configurations"]
     assert control["measured_train_mb"] == 110.0 and control["train_ratio"] == 1.1
     assert control["eval_ratio"] == round(110.0 / 80.0, 3)
+    # The training batches were shorter than the max length the estimate assumed: said, not hidden.
+    assert control["width_note"] == "measured train on 18 tokens; estimated on 28"
+    assert (control["train_same_length"], control["eval_same_length"]) == (False, True)
     assert "not estimable (aten.x)" in mb1["reason"]
     assert view["recommendation"]["calibration_ratio"] == 1.1
     text = "\n".join(est.plan_view_lines(view))
