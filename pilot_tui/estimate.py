@@ -281,7 +281,7 @@ def plan_view(data: Mapping[str, Any]) -> dict[str, Any] | None:
         for part in ("train", "eval"):
             width = measured.get(f"{part}_width")
             item[f"{part}_same_length"] = not (width and length and width < int(length))
-        if narrower:
+        if narrower and cuda:
             # The estimate is for the longest sequences the configuration admits; the pilot's
             # batches may be shorter, and then the measurement is lower for that reason alone.
             item["width_note"] = f"measured {', '.join(narrower)}; estimated on {length}"
