@@ -133,3 +133,19 @@ def test_the_plan_carries_the_estimate_view_only_when_the_record_has_one() -> No
     assert estimate_view({"phases": []}) == {}
     view = estimate_view(_record(cuda=True))["estimate"]
     assert view["configurations"][0]["train_ratio"] == 1.1
+
+
+def test_bad_estimate_input_is_one_line_and_exit_2(tmp_path, capsys, write_campaign) -> None:
+    import pytest
+
+    from pilot_tui.cli import main
+    from pilot_tui.spec import SpecError, load_spec
+
+    assert main(["estimate", "--model", str(tmp_path)]) == 2  # no config.json there
+    assert main(["estimate", str(tmp_path / "missing.toml")]) == 2
+    assert main(["estimate", "--model", str(tmp_path), "--strategy", "none", "--gpus", "4"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("pilot-tui: error: ") for line in err)
+    assert "config.json" in err[0] and "missing.toml" in err[1] and "--strategy none" in err[2]
+    with pytest.raises(SpecError, match=r"estimate\.strategy"):
+        load_spec(write_campaign({"estimate": {"strategy": "zero3"}}))
