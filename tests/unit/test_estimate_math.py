@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from pilot_tui import estimate as est
 
 GIB = 1024**3
@@ -136,8 +138,6 @@ def test_the_plan_carries_the_estimate_view_only_when_the_record_has_one() -> No
 
 
 def test_bad_estimate_input_is_one_line_and_exit_2(tmp_path, capsys, write_campaign) -> None:
-    import pytest
-
     from pilot_tui.cli import main
     from pilot_tui.spec import SpecError, load_spec
 
