@@ -107,7 +107,7 @@ def test_lora_only_adapter_parameters_carry_gradients_and_optimizer_state(ctx: R
     assert (out["gradients_bytes"], out["optimizer_state_bytes"]) == (4 * adapters, 8 * adapters)
 
 
-def test_fsdp_over_n_fake_ranks_divides_the_static_components(ctx: RunContext) -> None:
+def test_fsdp_over_n_fake_ranks_divides_the_static_components_ddp_adds_buckets(ctx: RunContext) -> None:
     source = task_source(ctx)
     single = run_fake(source, exact(fake_config(ctx, "control", Target())))
     ranks = 4
@@ -120,6 +120,10 @@ def test_fsdp_over_n_fake_ranks_divides_the_static_components(ctx: RunContext) -
         share = single[key] / ranks
         assert share <= sharded[key] <= share + remainder * per_param // 4, key
     assert sharded["peak_allocated_bytes"] < single["peak_allocated_bytes"]
+    # DDP keeps one replica per rank plus its reducer's bucket copy of the gradients.
+    ddp = run_fake(source, exact(fake_config(ctx, "control", Target(strategy="ddp", gpus=ranks))))
+    assert ddp["ddp_buckets_bytes"] == single["gradients_bytes"]
+    assert ddp["peak_allocated_bytes"] == single["peak_allocated_bytes"] + single["gradients_bytes"]
 
 
 @pytest.mark.parametrize("variant", ["ckpt", "len16"])
