@@ -73,6 +73,20 @@ def test_fp32_adamw_static_components_are_4_4_8_bytes_per_trainable_parameter(ct
     assert rounded["optimizer_state_bytes"] == 2 * blocks
 
 
+def test_the_fake_run_tracks_what_the_same_update_on_real_tensors_tracks(ctx: RunContext) -> None:
+    cfg = fake_config(ctx, "ckpt", Target())
+    fake, real = run_fake(task_source(ctx), cfg), run_fake(task_source(ctx), replace(cfg, fake=False))
+    keys = (
+        "parameters_bytes",
+        "gradients_bytes",
+        "optimizer_state_bytes",
+        "activations_bytes",
+        "peak_allocated_bytes",
+        "eval_peak_allocated_bytes",
+    )
+    assert [fake[k] for k in keys] == [real[k] for k in keys]
+
+
 class LoRALinear(nn.Module):
     """A frozen linear layer with a trainable low-rank update, as peft's LoRA builds it."""
 

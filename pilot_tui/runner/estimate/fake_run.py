@@ -53,6 +53,9 @@ class FakeConfig:
     weight_decay: float = 0.0
     # Round every block like the CUDA allocator (False gives the exact tensor bytes, for tests).
     allocator_rounding: bool = True
+    # False runs the same update on real tensors, tracked the same way: the check that the fake
+    # run reproduces a real one (tests, tiny models only: it allocates).
+    fake: bool = True
 
     def params(self) -> dict[str, Any]:
         return asdict(self)
@@ -230,7 +233,7 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         stack.enter_context(allocator_rounding(block))
         mesh = stack.enter_context(fake_process_group(cfg.gpus)) if cfg.strategy == "fsdp" else None
-        fake = stack.enter_context(FakeTensorMode())
+        fake = stack.enter_context(FakeTensorMode()) if cfg.fake else _RealMode()
         model = source.build()
         if cfg.activation_checkpointing:
             if source.set_checkpointing is None:
@@ -317,6 +320,14 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
     }
     result |= {f"{k}_bytes": v for k, v in figures.items()}
     return result
+
+
+class _RealMode:
+    """Stands for the fake mode in a real run: tensors are used as they are."""
+
+    @staticmethod
+    def from_tensor(t: torch.Tensor) -> torch.Tensor:
+        return t
 
 
 def _first_2d(batch: Mapping[str, torch.Tensor]) -> str:
