@@ -41,10 +41,19 @@ def raw_length(task: Task, example: Any) -> int:
     return int(batch["labels"].numel())
 
 
+# Examples scanned for the longest ones (a task whose batch shape depends on its examples'
+# lengths); a causal LM is padded to the max length anyway and needs no scan.
+SCAN_LIMIT = 4096
+
+
 def _longest(ctx: RunContext, indices: Sequence[int], count: int, max_length: int) -> list[int]:
-    lengths = [raw_length(ctx.task, ctx.task.examples[i]) for i in indices]
-    order = sorted(range(len(indices)), key=lambda j: (-lengths[j], indices[j]))
-    chosen = [indices[j] for j in order[:count]]
+    if ctx.task.kind == CAUSAL_LM:
+        chosen = list(indices[:count])
+    else:
+        scanned = list(indices[:SCAN_LIMIT])
+        lengths = [raw_length(ctx.task, ctx.task.examples[i]) for i in scanned]
+        order = sorted(range(len(scanned)), key=lambda j: (-lengths[j], scanned[j]))
+        chosen = [scanned[j] for j in order[:count]]
     # A microbatch larger than the split repeats its longest examples (the shape is what counts).
     while chosen and len(chosen) < count:
         chosen += chosen[: count - len(chosen)]
