@@ -301,3 +301,26 @@ def test_hugging_face_campaign_is_estimated_from_its_config_with_lora_and_fsdp(t
     assert (entry["strategy"], entry["gpus"]) == ("fsdp", 2)
     assert "LoRA r=4" in result["source"] and "no weights read" in result["source"]
     assert entry["gradients_bytes"] < entry["parameters_bytes"] / 10  # only the adapters train
+
+
+def test_hugging_face_sequence_classifier_from_its_config_in_its_load_dtype(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from pilot_tui.runner.estimate.__main__ import run
+
+    (tmp_path / "model").mkdir()
+    config = TINY_LLAMA | {"num_labels": 3, "pad_token_id": 0}
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "c.toml").write_text(
+        "[campaign]\nname = 'cls'\n[task]\nbuiltin = 'hf_sequence_classification'\n"
+        "options = { model = 'model', dtype = 'bfloat16' }\n"
+        "[batch]\nmicrobatch = 2\nmax_length = 16\nupdates = 4\n"
+    )
+    (entry,) = run({"campaign": str(tmp_path / "c.toml")})["configurations"]
+    assert entry["estimable"], entry
+    with torch.device("meta"):
+        model = transformers.AutoModelForSequenceClassification.from_config(
+            transformers.AutoConfig.for_model(**config)
+        )
+    n = sum(p.numel() for p in model.parameters())
+    assert entry["trainable_parameters"] == n
+    assert entry["parameters_bytes"] < 2.1 * n  # bf16 weights, as the task loads them

@@ -68,10 +68,10 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     loaded = with_batch_overrides(load_spec(request["campaign"]), **batch)
     target = target_of(loaded, **flags)
     if loaded.spec.task.builtin in HF_BUILTINS:
-        from .sources import hf_source
+        # Not the task itself: it would read the data and refuse a directory without weights.
+        from .campaign import hf_campaign_source
 
-        model = loaded.resolve(str(loaded.spec.task.options.get("model", "")))
-        task = _synthetic_task(loaded, hf_source(model))
+        task = _synthetic_task(loaded, hf_campaign_source(loaded))
     else:
         task = load_task(loaded)
     with tempfile.TemporaryDirectory(prefix="pilot-estimate-") as work:

@@ -9,11 +9,12 @@ from typing import Any
 
 from ... import estimate as est
 from ...spec import LoadedSpec
+from ...tasks.contract import CAUSAL_LM, CLASSIFICATION
 from ..context import RunContext
 from .fake_run import FakeConfig, ModelSource, run_fake
 from .sources import hf_source, task_source
 
-HF_BUILTINS = ("hf_causal_lm",)
+HF_BUILTINS = {"hf_causal_lm": CAUSAL_LM, "hf_sequence_classification": CLASSIFICATION}
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,22 @@ def source_for(ctx: RunContext) -> ModelSource:
     """A Hugging Face campaign is estimated from its config.json (never its weights); others from the task."""
     t = ctx.spec.task
     if t.builtin in HF_BUILTINS and t.options.get("model"):
-        lora = t.options.get("lora")
-        return hf_source(
-            ctx.loaded.resolve(str(t.options["model"])), lora if isinstance(lora, dict) else None
-        )
+        return hf_campaign_source(ctx.loaded)
     return task_source(ctx)
+
+
+def hf_campaign_source(loaded: LoadedSpec) -> ModelSource:
+    """A Hugging Face campaign's model from its config (never its weights), as its task builds it:
+    its load dtype, attention implementation and LoRA."""
+    o = loaded.spec.task.options
+    lora = o.get("lora")
+    return hf_source(
+        loaded.resolve(str(o["model"])),
+        lora if isinstance(lora, dict) else None,
+        kind=HF_BUILTINS[loaded.spec.task.builtin],
+        dtype=str(o.get("dtype") or "float32"),
+        attn_implementation=str(o.get("attn_implementation") or ""),
+    )
 
 
 def estimate_configs(

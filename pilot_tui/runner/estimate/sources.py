@@ -121,7 +121,7 @@ def materialize(model: torch.nn.Module, device: torch.device) -> torch.nn.Module
     return model
 
 
-def with_lora(model: torch.nn.Module, lora: dict[str, Any]) -> torch.nn.Module:
+def with_lora(model: torch.nn.Module, lora: dict[str, Any], causal: bool = True) -> torch.nn.Module:
     """The model with peft's LoRA adapters (`lora = { r, alpha, dropout, target_modules }`):
     only the adapters are trainable, so only they carry gradients and optimizer state."""
     try:
@@ -132,23 +132,33 @@ def with_lora(model: torch.nn.Module, lora: dict[str, Any]) -> torch.nn.Module:
         r=int(lora.get("r", 8)),
         lora_alpha=int(lora.get("alpha", 16)),
         lora_dropout=float(lora.get("dropout", 0.0)),
-        target_modules=lora.get("target_modules") or "all-linear",
-        task_type="CAUSAL_LM",
+        # None: peft's default modules for the architecture, as the task's own LoRA does.
+        target_modules=lora.get("target_modules") or None,
+        task_type="CAUSAL_LM" if causal else "SEQ_CLS",
     )
     return get_peft_model(model, config)
 
 
-def hf_source(model_dir: Path, lora: dict[str, Any] | None = None) -> ModelSource:
-    """A causal LM built from `config.json` alone: no weights are read, every tensor is fake."""
+def hf_source(
+    model_dir: Path,
+    lora: dict[str, Any] | None = None,
+    *,
+    kind: str = CAUSAL_LM,
+    dtype: str = "float32",
+    attn_implementation: str = "",
+) -> ModelSource:
+    """A transformers model built from `config.json` alone: no weights are read, every tensor is
+    fake. A causal LM (`AutoModelForCausalLM`) or a sequence classifier, in the task's load dtype
+    (`float32` master weights by default, as the runner trains them; precision is autocast)."""
     read_hf_config(model_dir)
     try:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        import transformers
     except ImportError:
         raise ModelDirError(
             "estimating a Hugging Face model needs transformers: pip install 'pilot-tui[hf]'"
         ) from None
     try:
-        config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+        config = transformers.AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as exc:
         raise ModelDirError(
             f"{model_dir / 'config.json'}: {type(exc).__name__}: {exc}".splitlines()[0]
@@ -156,6 +166,12 @@ def hf_source(model_dir: Path, lora: dict[str, Any] | None = None) -> ModelSourc
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     if vocab <= 0:
         raise ModelDirError(f"{model_dir / 'config.json'}: no vocab_size")
+    causal = kind == CAUSAL_LM
+    auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModelForSequenceClassification
+    load_dtype = getattr(torch, dtype, None)
+    if not isinstance(load_dtype, torch.dtype):
+        raise ModelDirError(f"task.options.dtype: not a torch dtype: {dtype!r}")
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
 
     def build() -> torch.nn.Module:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -163,22 +179,22 @@ def hf_source(model_dir: Path, lora: dict[str, Any] | None = None) -> ModelSourc
         # Built on the meta device outside the fake mode (transformers and peft move modules with
         # `.to()`, which cannot swap fake parameters), then every tensor becomes a fake one.
         with unset_fake_temporarily(), torch.device("meta"):
-            # fp32 master weights, as the runner trains them (precision is autocast), whatever
-            # dtype the config names. transformers 5 spells it `dtype`, 4.x `torch_dtype`.
+            # transformers 5 spells it `dtype`, 4.x `torch_dtype`.
             try:
-                model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+                model = auto.from_config(config, dtype=load_dtype, **extra)
             except TypeError:
-                model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+                model = auto.from_config(config, torch_dtype=load_dtype, **extra)
             if lora:
-                model = with_lora(model, lora)
+                model = with_lora(model, lora, causal)
         return materialize(model, torch.device("cpu"))
-
-    def collate(examples: Sequence[Any], max_length: int) -> dict[str, torch.Tensor]:
-        return synthetic(len(examples), max_length)
 
     def synthetic(microbatch: int, length: int) -> dict[str, torch.Tensor]:
         ids = torch.ones((microbatch, length), dtype=torch.long)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+        labels = ids.clone() if causal else torch.zeros(microbatch, dtype=torch.long)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+    def collate(examples: Sequence[Any], max_length: int) -> dict[str, torch.Tensor]:
+        return synthetic(len(examples), max_length)
 
     def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -191,20 +207,22 @@ def hf_source(model_dir: Path, lora: dict[str, Any] | None = None) -> ModelSourc
 
     task = Task(
         name=f"hf:{model_dir.name}",
-        kind=CAUSAL_LM,
+        kind=kind,
         examples=[{"group": "0"}],
         build_model=build,
         collate=collate,
         forward=forward,
         set_activation_checkpointing=checkpointing,
     )
+    what = f"{getattr(config, 'model_type', '?')} from {model_dir / 'config.json'} (no weights read)"
+    if dtype != "float32":
+        what += f", weights in {dtype}"
     return ModelSource(
         task=task,
         build=build,
         batch=lambda mb, length, train: synthetic(mb, length),
         set_checkpointing=checkpointing,
-        description=f"{getattr(config, 'model_type', '?')} from {model_dir / 'config.json'} (no weights read)"
-        + (f", LoRA r={lora.get('r', 8)}" if lora else ""),
+        description=what + (f", LoRA r={lora.get('r', 8)}" if lora else ""),
     )
 
 
