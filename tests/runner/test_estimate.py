@@ -211,7 +211,7 @@ def test_estimate_phase_row_and_record_section(ctx: RunContext) -> None:
     )
 
 
-def test_cli_estimate_in_a_subprocess_and_bad_input(write_campaign, tmp_path: Path) -> None:
+def test_cli_estimate_runs_in_a_subprocess(write_campaign, tmp_path: Path) -> None:
     path = write_campaign({"variants": [], "fit_search": {"microbatches": [8]}})
     proc = subprocess.run(
         [sys.executable, "-m", "pilot_tui", "estimate", str(path), "--json", "--gpu-memory", "24"],
@@ -226,14 +226,7 @@ def test_cli_estimate_in_a_subprocess_and_bad_input(write_campaign, tmp_path: Pa
     assert all(e["verdict"]["status"] == "fits" for e in result["configurations"])
     peaks = [e["activations_bytes"] for e in result["configurations"]]
     assert peaks[0] < peaks[1]  # a larger microbatch keeps more activations
-    bad = subprocess.run(
-        [sys.executable, "-m", "pilot_tui", "estimate", str(path), "--strategy", "zero3"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr.strip().count("\n") == 0 and "--strategy" in bad.stderr
+    # Bad input stops in the view process (tests/unit/test_estimate_math.py): no subprocess.
 
 
 TINY_LLAMA = {
