@@ -167,6 +167,11 @@ def hf_source(
     if vocab <= 0:
         raise ModelDirError(f"{model_dir / 'config.json'}: no vocab_size")
     causal = kind == CAUSAL_LM
+    if not causal and getattr(config, "pad_token_id", None) is None:
+        # The classifier pools at the last non-pad token and needs a pad id for batches over 1;
+        # the task gives it the tokenizer's. Which id it is changes no memory.
+        eos = getattr(config, "eos_token_id", None)
+        config.pad_token_id = eos if isinstance(eos, int) else 0
     auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModelForSequenceClassification
     load_dtype = getattr(torch, dtype, None)
     if not isinstance(load_dtype, torch.dtype):
