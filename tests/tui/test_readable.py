@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 import tomli_w
-from pilot_tui.tui.replay import ReplaySession
+from pilot_tui.session import replay_session
 from textual.widgets import DataTable
 
 from pilot_tui.events import PhaseProgress, PhaseStarted
@@ -85,7 +85,7 @@ async def test_board_decision_plan_caveats_and_notes_at_80x24(replay_app) -> Non
 
 
 async def test_q_and_ctrl_q_both_ask_while_a_phase_runs(tmp_path: Path) -> None:
-    source = ReplaySession(CAMPAIGN, RECORDING, records_dir=tmp_path, delay_s=0.02)
+    source = replay_session(CAMPAIGN, RECORDING, records_dir=tmp_path, delay_s=0.02)
     app = PilotApp(source=source, nvml=NvmlProbe(NoDriverNvml()))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.runner.ready, "the session to start")
@@ -103,14 +103,14 @@ async def test_q_and_ctrl_q_both_ask_while_a_phase_runs(tmp_path: Path) -> None:
 
 async def test_no_record_file_until_the_first_step_runs(tmp_path: Path) -> None:
     records = tmp_path / "records"
-    source = ReplaySession(CAMPAIGN, RECORDING, records_dir=records)
+    source = replay_session(CAMPAIGN, RECORDING, records_dir=records)
     app = PilotApp(source=source, nvml=NvmlProbe(NoDriverNvml()))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.runner.ready, "the session to start")
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, "the app to exit")
     assert not list(records.glob("*.toml"))  # opened and quit: nothing written
-    source = ReplaySession(CAMPAIGN, RECORDING, records_dir=records)
+    source = replay_session(CAMPAIGN, RECORDING, records_dir=records)
     app = PilotApp(source=source, nvml=NvmlProbe(NoDriverNvml()))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.runner.ready, "the session to start")
