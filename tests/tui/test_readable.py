@@ -8,10 +8,10 @@ import tomllib
 from pathlib import Path
 
 import tomli_w
-from pilot_tui.session import replay_session
 from textual.widgets import DataTable
 
 from pilot_tui.events import PhaseProgress, PhaseStarted
+from pilot_tui.session import replay_session
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.messages import PhaseProgressMsg, PhaseStartedMsg
 from pilot_tui.tui.nvml import NvmlProbe
