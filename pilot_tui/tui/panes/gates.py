@@ -113,7 +113,7 @@ def detail(gate: GateState, notes: list[str] | None = None) -> Table:
     return grid
 
 
-def summary(gate: GateState, notes: list[str] | None = None) -> Text:
+def summary(gate: GateState, notes: list[str] | None = None, width: int = 0) -> Text:
     """The one-line detail of a collapsed box: step, status, reason (d shows the rest)."""
     if gate.row:
         reason = gate.row.get("reason", "")
@@ -128,6 +128,8 @@ def summary(gate: GateState, notes: list[str] | None = None) -> Text:
     if notes:
         text.append(f" · {len(notes)} note(s)", style="italic")
     text.no_wrap, text.overflow = True, "ellipsis"
+    if width > 0:
+        text.truncate(width, overflow="ellipsis")  # cut with "…", never silently
     return text
 
 
@@ -269,7 +271,11 @@ class GatesPane(Vertical):
         self._shown = state
         box.set_class(self.collapsed, "collapsed")
         notes = self._notes.get(key or "", [])
-        body = "" if gate is None else (summary(gate, notes) if self.collapsed else detail(gate, notes))
+        body = (
+            ""
+            if gate is None
+            else (summary(gate, notes, self.size.width - 2) if self.collapsed else detail(gate, notes))
+        )
         self.query_one("#gate-detail", Static).update(body, layout=relayout or not self.collapsed)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
