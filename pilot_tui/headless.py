@@ -185,7 +185,6 @@ def run_headless(
             rows = 0
             for ev in session.run_step(step.key):
                 beat.see(ev)
-                failed += _show(ev, bar, out, err)
                 failed += _show(ev, bar, out, err, width)
                 if isinstance(ev, PhaseFinished):
                     rows += 1
