@@ -1,26 +1,39 @@
-"""Dashboard responsiveness: start-up to first frame, and key-press latency while the runner trains.
+"""Dashboard responsiveness measured from outside, the way a person sees it.
 
-    .venv/bin/python benchmarks/ui.py [--presses 60]
+    .venv/bin/python benchmarks/ui.py [--cycles 8]          # needs `pyte` (pip install pyte)
 
-(a) start-up: from constructing `PilotApp` (imports already done, as they are before `main`
-    runs) to the first frame painted, in a headless Textual driver; plus the import cost of
-    `pilot_tui.tui.app` measured in a fresh interpreter. Target < 1 s.
-(b) latency: while the real runner trains a long `steady` phase (CPU, torch in its own
-    process), post `down` / `up` keys to the Gates table and time each one until the first frame
-    composed after the cursor moved (the app's `_display` call, made once the screen is rendered).
-    Measured first with the runner idle, then training, side by side. p50 and p95 over >= 50
-    presses. Target p95 < 100 ms on 2 cores.
+The dashboard runs in a real pseudo-terminal (80×24) exactly as `pilot-tui CAMPAIGN` runs; keys
+are written to the terminal and a terminal emulator (pyte) reads what the app draws. A latency is
+the time from writing a key to the first screen update on which that key's effect is visible (the
+pane's own text after `1`…`5`; the selected step's line after `up`/`down` in Gates).
+
+Beside it, in the same run, a *control arm*: a bare Textual app with the same layout (header, five
+tabs with a 24-row table and text panes, status line, footer, the same keys), in its own
+pseudo-terminal. Both are measured with the runner idle, then while an LR run trains in the
+dashboard's runner (both apps share the machine with that training, key by key, alternately).
+
+Printed: start-up to the first full frame (both apps), time until "runner ready" is shown,
+p50/p95/max per series, pilot p95 / control p95, and the longest wait for any key while training.
+Targets (issue 18): p95 < 100 ms while training, pilot/control p95 ≤ 1.5, start-up < 1 s, no wait
+> 200 ms while the runner trains.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import fcntl
+import os
+import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
+import threading
 import time
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import tomli_w
@@ -28,143 +41,304 @@ import tomli_w
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pilot_tui.tui.app import PilotApp  # noqa: E402
-from pilot_tui.tui.state import RUNNING  # noqa: E402
+COLS, ROWS = 80, 24
+BOUND_S = 10.0  # a key with no visible effect within this is reported as a failure
+KEYS = {"down": b"\x1b[B", "up": b"\x1b[A"}
+# Text each pane shows once switched to, in both apps (the control's panes say the same).
+PANE_MARK = {
+    "1": lambda s: " status " in s and " step " in s,
+    "2": lambda s: "inspect" in s,
+    "3": lambda s: "GPUs (NVML)" in s,
+    "4": lambda s: "loss per update" in s or "No LR runs yet" in s,
+    "5": lambda s: "Choice sheet" in s or "No plan yet" in s,
+}
 
 
-def import_cost() -> float:
-    code = "import time; t=time.perf_counter(); import pilot_tui.tui.app; print(time.perf_counter()-t)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
-    return float(out.stdout.strip())
+# ----------------------------------------------------------------------------- terminal
 
 
-def long_campaign(folder: Path) -> Path:
-    import tomllib
+class Terminal:
+    """A program in a pseudo-terminal, its screen kept by pyte; predicates timed on each update."""
 
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        import pyte
+
+        self.screen = pyte.Screen(COLS, ROWS)
+        self.stream = pyte.ByteStream(self.screen)
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+        full_env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(COLS), LINES=str(ROWS), **(env or {}))
+        self.t_spawn = time.perf_counter()
+        self.proc = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, env=full_env, cwd=REPO, start_new_session=True
+        )
+        os.close(slave)
+        self.fd = master
+        self.lock = threading.Lock()
+        self.updates = 0
+        self.per_key: dict[str, list[float]] = {}
+        self._pending: tuple[Callable[[str], bool], threading.Event, list[float]] | None = None
+        threading.Thread(target=self._read, daemon=True, name="pty-reader").start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            now = time.perf_counter()
+            with self.lock:
+                self.stream.feed(data)
+                self.updates += 1
+                pending = self._pending
+                if pending is not None and pending[0](self.text()):
+                    pending[2].append(now)
+                    pending[1].set()
+                    self._pending = None
+
+    def text(self) -> str:
+        return "\n".join(self.screen.display)
+
+    def wait(self, predicate: Callable[[str], bool], bound_s: float = BOUND_S) -> float:
+        """perf_counter time of the first update on which `predicate(screen)` holds."""
+        done, at = threading.Event(), []
+        with self.lock:
+            if predicate(self.text()):
+                return time.perf_counter()
+            self._pending = (predicate, done, at)
+        if not done.wait(bound_s):
+            with self.lock:
+                self._pending = None
+                tail = self.text()
+            raise TimeoutError(f"nothing visible within {bound_s:g} s; screen:\n{tail}")
+        return at[0]
+
+    def press(self, key: str, predicate: Callable[[str], bool]) -> float:
+        """Seconds from writing `key` to the first update showing its effect."""
+        done, at = threading.Event(), []
+        with self.lock:
+            self._pending = (predicate, done, at)
+            t0 = time.perf_counter()
+            os.write(self.fd, KEYS.get(key, key.encode()))
+        if not done.wait(BOUND_S):
+            with self.lock:
+                self._pending = None
+                tail = self.text()
+            raise TimeoutError(f"{key!r}: nothing visible within {BOUND_S:g} s; screen:\n{tail}")
+        return at[0] - t0
+
+    def send(self, key: str) -> None:
+        os.write(self.fd, KEYS.get(key, key.encode()))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        os.close(self.fd)
+
+
+# ----------------------------------------------------------------------------- the control arm
+
+
+def control_app() -> None:
+    """A bare Textual app with the dashboard's layout and keys, and no work of its own."""
+    from textual.app import App, ComposeResult
+    from textual.binding import Binding
+    from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+
+    texts = {
+        "batch": "inspect: pass — all checks passed\n" + "example tokens\n" * 12,
+        "counters": "GPUs (NVML)\nNVML: driver not found\n\nRunner process\ndevice cpu\nprocess RSS 340 MiB",
+        "board": "No LR runs yet: they appear here when the lr_run steps run.",
+        "plan": "No plan yet. The choice sheet and the package are built from the measured phases.",
+    }
+
+    class Control(App[None]):
+        BINDINGS = [  # noqa: RUF012
+            *(
+                Binding(str(i), f"show('{p}')", p, show=False)
+                for i, p in enumerate(("gates", *texts), start=1)
+            ),
+            Binding("n", "bell", "next"),
+            Binding("a", "bell", "all"),
+            Binding("q", "quit", "quit"),
+        ]
+
+        def compose(self) -> ComposeResult:
+            yield Header()
+            with TabbedContent(initial="gates"):
+                with TabPane("1 Gates", id="gates"):
+                    yield DataTable(cursor_type="row", zebra_stripes=True)
+                    yield Static(id="sel")
+                for i, (pane, text) in enumerate(texts.items(), start=2):
+                    with TabPane(f"{i} {pane.title()}", id=pane):
+                        yield Static(text)
+            yield Static("0/24 steps done", id="status")
+            yield Footer()
+
+        def on_mount(self) -> None:
+            table = self.query_one(DataTable)
+            for name in ("", "step", "status", "time", "peak RSS", "reason"):
+                table.add_column(name)
+            for key in bench_steps():
+                table.add_row("·", key, "waiting", "", "", "", key=key)
+            table.focus()
+
+        def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+            self.query_one("#sel", Static).update(f"d▸ {event.row_key.value} · waiting")
+
+        def action_show(self, pane: str) -> None:
+            self.query_one(TabbedContent).active = pane
+            if pane == "gates":
+                self.query_one(DataTable).focus()
+
+    Control().run()
+
+
+# ----------------------------------------------------------------------------- the campaign
+
+
+def campaign(folder: Path) -> Path:
+    """The demo made small, with one long LR run (and the engine phases before it) to train."""
     raw = tomllib.loads((REPO / "campaigns" / "demo.toml").read_text())
     raw["task"]["options"] = {"n_conversations": 60, "seed": 0}
     raw["batch"].update(microbatch=2, accumulation=2)
     raw["phases"] = {
-        "steady_updates": 100000,
-        "skip": [
-            "stack",
-            "inspect",
-            "split",
-            "overfit",
-            "eval_longest",
-            "save",
-            "export",
-            "lr_run",
-            "resume",
-            "final",
-        ],
+        "steady_updates": 4,
+        "skip": ["stack", "inspect", "split", "overfit", "eval_longest", "save", "export", "resume", "final"],
     }
     raw.pop("variants", None)
+    raw.pop("fit_search", None)
+    raw["lr_board"] = {
+        "control": 1e-4,
+        "variants": [2e-4],
+        "seeds": [0],
+        "updates": 100000,
+        "validate_every": 200,
+    }
     raw["limits"] = {}
     path = folder / "bench.toml"
     path.write_text(tomli_w.dumps(raw))
     return path
 
 
-class FrameClock:
-    """Timestamps every frame the app composes (its `_display` call, made after rendering)."""
+def bench_steps() -> list[str]:
+    from pilot_tui.spec import load_spec
+    from pilot_tui.steps import campaign_steps
 
-    def __init__(self, app: PilotApp) -> None:
-        self.frames: list[float] = []
-        original = app._display
-
-        def display(screen, renderable):  # type: ignore[no-untyped-def]
-            if renderable is not None:
-                self.frames.append(time.perf_counter())
-            return original(screen, renderable)
-
-        app._display = display  # type: ignore[method-assign]
+    folder = Path(os.environ.get("BENCH_DIR", tempfile.gettempdir()))
+    return [s.key for s in campaign_steps(load_spec(folder / "bench.toml").spec)]
 
 
-async def first_frame(campaign: Path, records: Path) -> float:
-    t0 = time.perf_counter()
-    app = PilotApp(campaign, records_dir=records)
-    clock = FrameClock(app)
-    async with app.run_test(size=(80, 24)) as pilot:
-        while not clock.frames:
-            await asyncio.sleep(0.001)
-        elapsed = clock.frames[0] - t0
-        await pilot.press("q")
-    return elapsed
+# ----------------------------------------------------------------------------- measuring
 
 
-async def presses_timed(app: PilotApp, clock: FrameClock, n: int) -> list[float]:
-    """Post a key, then wait for the first frame composed after the table cursor moved."""
-    table = app.query_one("#gate-table")
-    times = []
-    for i in range(n):
-        target = table.cursor_row + (1 if i % 2 == 0 else -1)
-        t0 = time.perf_counter()
-        app.simulate_key("down" if i % 2 == 0 else "up")
-        moved_at = None
-        while True:
-            await asyncio.sleep(0.0005)
-            if moved_at is None and table.cursor_row == target:
-                moved_at = time.perf_counter()
-            if moved_at is not None and clock.frames and clock.frames[-1] >= moved_at:
-                times.append(clock.frames[-1] - t0)
-                break
-            if time.perf_counter() - t0 > 10:
-                raise RuntimeError("no frame within 10 s of a key press")
-        await asyncio.sleep(0.05)  # presses spaced like a person's, not measured
-    return times
+def selected(key: str) -> Callable[[str], bool]:
+    return lambda s: f"d▸ {key} ·" in s
 
 
-async def key_latency(campaign: Path, records: Path, presses: int) -> tuple[list[float], list[float], int]:
-    """(idle runner, training runner, updates trained during the second series)."""
-    app = PilotApp(campaign, records_dir=records)
-    clock = FrameClock(app)
-    async with app.run_test(size=(80, 24)) as pilot:
-        deadline = time.monotonic() + 120
-        while not app.runner.ready:
-            assert time.monotonic() < deadline, "runner did not start"
-            await pilot.pause(0.05)
-        idle = await presses_timed(app, clock, presses)
-        await pilot.press("a")
-        while not (app.gates["steady"].status == RUNNING and app.gates["steady"].done > 0):
-            assert time.monotonic() < deadline, "steady did not start"
-            await pilot.pause(0.05)
-        start_done = app.gates["steady"].done
-        busy = await presses_timed(app, clock, presses)
-        trained = app.gates["steady"].done - start_done
-        await pilot.press("c")
-    return idle, busy, trained
+def series(term: Terminal, steps: list[str], cycles: int, start_row: int) -> tuple[list[float], list[float]]:
+    """(pane switches 1→2→…→5→1, cursor moves down/up in Gates), spaced like a person's keys."""
+    switches, cursor = [], []
+    order = ["2", "3", "4", "5", "1"]
+    for _ in range(cycles):
+        for key in order:
+            switches.append(term.press(key, PANE_MARK[key]))
+            term.per_key.setdefault(key, []).append(switches[-1])
+            time.sleep(0.12)
+        for i in range(4):
+            down = i % 2 == 0
+            row = start_row + (1 if down else 0)
+            cursor.append(term.press("down" if down else "up", selected(steps[row])))
+            time.sleep(0.12)
+    return switches, cursor
 
 
-def percentiles(times: list[float]) -> tuple[float, float, float]:
-    ms = sorted(t * 1000 for t in times)
-    return statistics.median(ms), ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))], ms[-1]
+def stats(ms: list[float]) -> tuple[float, float, float]:
+    s = sorted(x * 1000 for x in ms)
+    return statistics.median(s), s[min(len(s) - 1, round(0.95 * (len(s) - 1)))], s[-1]
+
+
+def line(name: str, values: list[float]) -> str:
+    p50, p95, top = stats(values)
+    return f"    {name:<34} p50 {p50:6.1f} ms · p95 {p95:6.1f} ms · max {top:6.1f} ms  (n={len(values)})"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--presses", type=int, default=60)
+    ap.add_argument("--cycles", type=int, default=8, help="rounds of 5 pane switches + 4 cursor moves")
+    ap.add_argument("--control", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.control:
+        control_app()
+        return 0
+    try:
+        import pyte  # noqa: F401
+    except ImportError:
+        print("benchmarks/ui.py needs pyte: .venv/bin/pip install pyte", file=sys.stderr)
+        return 2
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        campaign = long_campaign(folder)
-        imp = import_cost()
-        frame = asyncio.run(first_frame(campaign, folder / "records"))
-        idle, busy, trained = asyncio.run(key_latency(campaign, folder / "records", args.presses))
-    i50, i95, imax = percentiles(idle)
-    p50, p95, pmax = percentiles(busy)
-    cores = len(__import__("os").sched_getaffinity(0))
-    print(f"machine: {cores} cores available")
-    print(f"(a) import pilot_tui.tui.app (fresh interpreter): {imp * 1000:.0f} ms")
+        spec = campaign(folder)
+        env = {"BENCH_DIR": str(folder)}
+        os.environ["BENCH_DIR"] = str(folder)
+        steps = bench_steps()
+        pilot = Terminal([sys.executable, "-m", "pilot_tui", str(spec), "--records", str(folder / "r")], env)
+        control = Terminal([sys.executable, str(Path(__file__).resolve()), "--control"], env)
+        try:
+            full = lambda s: "1 Gates" in s and " status " in s and "quit" in s  # noqa: E731
+            start_pilot = pilot.wait(full) - pilot.t_spawn
+            start_control = control.wait(full) - control.t_spawn
+            ready = pilot.wait(lambda s: "runner ready" in s, 120) - pilot.t_spawn
+            # Cursor on row 0 in both (the dashboard's follows nothing yet).
+            idle_p = series(pilot, steps, args.cycles, 0)
+            idle_c = series(control, steps, args.cycles, 0)
+            pilot.send("a")
+            first_lr = steps.index(next(k for k in steps if k.startswith("lr_run@")))
+            pilot.wait(lambda s: "▶" in s and "lr_run" in s, 300)
+            pilot.wait(lambda s: "/100000" in s, 300)  # the LR run is training
+            time.sleep(1.0)
+            # The dashboard's cursor followed the running LR run: measure around it.
+            busy_p, busy_c = ([], []), ([], [])
+            for _ in range(args.cycles):
+                for arm, term, start in ((busy_p, pilot, first_lr), (busy_c, control, 0)):
+                    s, c = series(term, steps, 1, start)
+                    arm[0].extend(s)
+                    arm[1].extend(c)
+            trained = pilot.text()
+            pilot.send("c")
+        finally:
+            pilot.close()
+            control.close()
+    cores = len(os.sched_getaffinity(0))
+    print(f"machine: {cores} cores · load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(
-        f"(a) PilotApp() to first frame: {frame * 1000:.0f} ms  (import + first frame {(imp + frame) * 1000:.0f} ms; target < 1000 ms, ratio {(imp + frame) / 1.0:.2f})"
+        f"start-up to first full frame: pilot {start_pilot * 1000:.0f} ms · control {start_control * 1000:.0f} ms"
     )
-    print(f"(b) key press -> screen update, {args.presses} presses each, Gates table cursor:")
-    print(f"    runner idle:     p50 {i50:.1f} ms · p95 {i95:.1f} ms · max {imax:.1f} ms")
-    print(
-        f"    runner training: p50 {p50:.1f} ms · p95 {p95:.1f} ms · max {pmax:.1f} ms  ({trained} updates meanwhile)"
-    )
-    print(f"    training/idle p95 ratio {p95 / i95:.2f} · target p95 < 100 ms, ratio {p95 / 100:.2f}")
+    print(f"runner ready shown: {ready * 1000:.0f} ms after launch")
+    for title, p, c in (("runner idle", idle_p, idle_c), ("LR run training", busy_p, busy_c)):
+        print(f"{title}:")
+        print(line("pilot   pane switch 1-5", p[0]))
+        print(line("control pane switch 1-5", c[0]))
+        print(line("pilot   Gates cursor", p[1]))
+        print(line("control Gates cursor", c[1]))
+        pp95 = stats(p[0] + p[1])[1]
+        cp95 = stats(c[0] + c[1])[1]
+        print(f"    all keys: pilot p95 {pp95:.1f} ms / control p95 {cp95:.1f} ms = {pp95 / cp95:.2f}")
+    for name, term in (("pilot", pilot), ("control", control)):
+        per = " · ".join(f"{k} {statistics.median(v) * 1000:.0f}" for k, v in sorted(term.per_key.items()))
+        print(f"    {name} median ms per pane key (idle and training together): {per}")
+    worst = max(busy_p[0] + busy_p[1]) * 1000
+    print(f"longest wait for a key while training (pilot): {worst:.0f} ms (target ≤ 200 ms)")
+    progress = next((x for x in trained.splitlines() if "/100000" in x), "").strip()
+    print(f"training row at the end: {progress}")
     return 0
 
 

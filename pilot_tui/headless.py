@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -14,51 +16,107 @@ from .session import Session
 MARKS = {"pass": "✓", "warn": "!", "fail": "✗"}
 
 
-def phase_line(data: dict) -> str:
-    """One finished phase: verdict, step, duration, memory (allocated and reserved side by side,
-    never summed, R6) and the reason."""
+def memory_summary(memory: dict[str, float]) -> str:
+    """Compact: peak allocated and reserved side by side, never summed (R6); RSS on CPU."""
+    if "peak_reserved_mb" in memory:
+        return f"alloc {memory.get('peak_allocated_mb', 0):.0f}/res {memory['peak_reserved_mb']:.0f} MiB"
+    if "peak_rss_mb" in memory:
+        return f"RSS {memory['peak_rss_mb']:.0f} MiB"
+    return "no memory"
+
+
+def fit(text: str, width: int) -> str:
+    """`text` cut to `width` characters, ending in "…" when cut."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def phase_line(data: dict, width: int | None = 80) -> str:
+    """One line per phase: mark, verdict, step, duration, peak memory (allocated and reserved side
+    by side, never summed, R6) and the reason, cut with "…" to `width` (None: whole)."""
     row = PhaseRow.from_toml(data)
     if row is None:
-        return f"✗ fail  unreadable row {str(data)[:60]}"
-    duration = row.duration_s or 0.0
-    return (
-        f"{MARKS.get(row.verdict, '?')} {row.verdict:<4}  {row.key:<26} {duration:8.2f} s  "
-        f"{row.memory.summary():<40}  {row.reason}"
+        return fit(f"✗ fail unreadable row {str(data)[:60]}", width or 200)
+    label = fit(row.key, 20)
+    took = f"{row.duration_s:7.2f} s" if row.duration_s is not None else "      — "
+    head = (
+        f"{MARKS.get(row.verdict, '?')} {row.verdict:<4} {label:<20} {took} "
+        f"{memory_summary(dict(row.memory.values) or dict(data.get('memory') or {})):<17} "
     )
+    line = head + row.reason.replace("\n", " ")
+    return line if width is None else fit(line, width)
+
+
+def line_width(out: TextIO) -> int | None:
+    """The terminal's width on a terminal; None (whole lines) in a log file."""
+    if not out.isatty():
+        return None
+    return shutil.get_terminal_size((80, 24)).columns
 
 
 class ProgressBar:
-    """A one-line bar redrawn in place, only on a terminal (logs stay clean)."""
+    """A one-line bar redrawn in place, only on a terminal (logs stay clean).
+
+    Redrawn every second between events too, with the elapsed time, so a long phase that sends
+    few progress events (resume in a new process) still shows that it is alive.
+    """
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.enabled = stream.isatty()
         self.visible = False
+        self._last: PhaseProgress | None = None
+        self._since = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if self.enabled:
+            threading.Thread(target=self._tick, daemon=True, name="progress-bar").start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                if self._last is not None:
+                    self._draw(self._last)
 
     def show(self, ev: PhaseProgress) -> None:
         if not self.enabled or ev.total <= 0:
             return
-        width = 30
+        with self._lock:
+            if self._last is None or self._last.step != ev.step:
+                self._since = time.monotonic()
+            self._last = ev
+            self._draw(ev)
+
+    def _draw(self, ev: PhaseProgress) -> None:
+        width = 20
         filled = int(width * ev.done / ev.total)
         loss = f" loss {ev.loss:.4f}" if ev.loss is not None else ""
-        self.stream.write(
-            f"\r  {ev.step:<24} [{'#' * filled}{'.' * (width - filled)}] {ev.done}/{ev.total}{loss}"
-        )
+        message = f" {ev.message}" if ev.message else ""
+        elapsed = f" {time.monotonic() - self._since:.0f} s"
+        text = f"  {ev.step} [{'#' * filled}{'.' * (width - filled)}] {ev.done}/{ev.total}{loss}{elapsed}{message}"
+        cols = shutil.get_terminal_size((80, 24)).columns
+        self.stream.write("\r" + fit(text, cols - 1) + "\033[K")
         self.stream.flush()
         self.visible = True
 
     def status(self, text: str) -> None:
         """A line of text in the bar's place (the phase running, before any progress)."""
+        self._last = None  # the ticker redraws progress, not this line
         if self.enabled:
             self.stream.write(f"\r\033[K  {text}")
             self.stream.flush()
             self.visible = True
 
     def clear(self) -> None:
-        if self.visible:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-            self.visible = False
+        with self._lock:
+            self._last = None
+            if self.visible:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+                self.visible = False
+
+    def close(self) -> None:
+        self._stop.set()
+        self.clear()
 
 
 class Heartbeat:
@@ -119,6 +177,7 @@ def run_headless(
     )
     bar = ProgressBar(err)
     beat = Heartbeat(out, bar, heartbeat_s)
+    width = line_width(out)
     failed = 0
     try:
         for step in session.steps:
@@ -126,7 +185,7 @@ def run_headless(
             rows = 0
             for ev in session.run_step(step.key):
                 beat.see(ev)
-                failed += _show(ev, bar, out, err)
+                failed += _show(ev, bar, out, err, width)
                 if isinstance(ev, PhaseFinished):
                     rows += 1
                     row = PhaseRow.from_toml(ev.row)
@@ -136,7 +195,7 @@ def run_headless(
                 print(f"{step.phase} failed: later phases not run (--keep-going runs them anyway)", file=out)
                 break
     finally:
-        bar.clear()
+        bar.close()
         session.close()
     plan = session.finish()
     for line in plan_summary(plan):
@@ -164,16 +223,17 @@ def plan_summary(plan: dict) -> list[str]:
         return [f"plan: could not be computed: {plan['error']}"]
     from .plan import summary_lines
 
-    return summary_lines(plan)
+    # The caveats first: a plan measured on the CPU or on a busy machine must say so here too.
+    return [f"plan: ! {c}" for c in plan.get("caveats") or []] + summary_lines(plan)
 
 
-def _show(ev: WireMessage, bar: ProgressBar, out: TextIO, err: TextIO) -> int:
+def _show(ev: WireMessage, bar: ProgressBar, out: TextIO, err: TextIO, width: int | None = None) -> int:
     if isinstance(ev, PhaseProgress):
         bar.show(ev)
     elif isinstance(ev, PhaseFinished):
         bar.clear()
         # Printed only after the record holding this row is on disk.
-        print(phase_line(ev.row), file=out, flush=True)
+        print(phase_line(ev.row, width), file=out, flush=True)
         return int(ev.row["verdict"] == "fail")
     elif isinstance(ev, RunnerError):
         bar.clear()

@@ -589,7 +589,7 @@ def compute_plan(data: Mapping[str, Any]) -> dict[str, Any]:
     """The record's `[plan]`: `sheet` (R18) and `package` (R19), from its own rows and spec."""
     spec = spec_of(data)
     sheet = choice_sheet(data, spec)
-    return {"sheet": sheet, "package": package_plan(data, sheet, spec)} | estimate_view(data)
+    return annotate({"sheet": sheet, "package": package_plan(data, sheet, spec)}, data) | estimate_view(data)
 
 
 def estimate_view(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -683,19 +683,201 @@ def print_plan(record_path: str | Path, out: TextIO | None = None) -> int:
     """
     record = Record.read(record_path)  # RecordError: exit 2
     out = out or sys.stdout  # looked up at call time, so a redirected stdout is honoured
+    saved = record.data.get("plan")
     try:
-        plan = compute_plan(record.data)
+        plan = compute_plan(record.data) if saved is not None else provisional_plan(record.data)
     except (SpecError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
         raise RecordError(f"{record.path}: cannot plan from this record: {exc}") from None
     campaign = record.data.get("campaign") or {}
     print(f"pilot-tui plan · campaign {campaign.get('name', '?')} · record {record.path}", file=out)
-    saved = record.data.get("plan")
     if saved is None:
         print(
             "  (the record holds no [plan]: the campaign did not finish; computed now, not written)", file=out
         )
     print("", file=out)
-    for line in plan_lines(plan):
+    for line in text_lines(plan):
         print(line, file=out)
     out.flush()
     return 0 if plan["sheet"]["kept"] and plan["package"]["fits_all"] else 1
+
+
+# ---------------------------------------------------------------------------------- what a renter acts on
+# Kept apart from the sheet and package above (issue 18): each adds to the plan without changing how
+# it is computed, and `annotate` wires them in.
+
+COMMON_GPU_GB = (24, 40, 48, 80, 141)
+# Above this 1-minute load average per core the timed loop shared the CPU: its step times are not
+# the machine's (identical pilots on a busy 2-core machine predicted 0.8 to 4.0 h).
+BUSY_LOAD_PER_CORE = 1.0
+
+
+def interval(order_entry: Mapping[str, Any], steady_details: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The total time as a range: every steady update at the p10, then at the p90 step time.
+
+    Startup, evaluation, saves and export are kept as measured; the safety margin scales with the
+    work. None when the steady phase recorded no spread (records made before it did).
+    """
+    p10, p90 = num(steady_details.get("step_time_p10_s")), num(steady_details.get("step_time_p90_s"))
+    updates = int(num(order_entry.get("updates")))
+    if p10 <= 0 or p90 <= 0 or updates < 1:
+        return None
+    fixed = sum(num(order_entry.get(k)) for k in ("startup_s", "eval_s", "save_s", "export_s"))
+    margin = num(order_entry.get("margin_s")) / max(
+        num(order_entry.get("total_s")) - num(order_entry.get("margin_s")), 1e-9
+    )
+
+    def total(step_s: float) -> float:
+        return (fixed + (updates - 1) * step_s) * (1 + margin)
+
+    return {
+        "low_h": _hours(total(p10)),
+        "high_h": _hours(total(p90)),
+        "step_p10_s": p10,
+        "step_p90_s": p90,
+        "steady_updates": int(num(steady_details.get("updates"))),
+    }
+
+
+def busy_machine(steady_details: Mapping[str, Any]) -> str:
+    """A caveat when the machine was too busy during the timed loop for its times to be trusted."""
+    load = steady_details.get("load_avg_1m")
+    cores = int(num(steady_details.get("cpu_count")))
+    threads = int(num(steady_details.get("torch_threads")))
+    if not isinstance(load, int | float) or cores < 1:
+        return ""
+    if load <= BUSY_LOAD_PER_CORE * cores:
+        return ""
+    return (
+        f"the machine was busy while steady was timed (load average {load:.1f} on {cores} cores): "
+        "its step times are not this machine's; re-run the pilot on an idle machine"
+        + (f" (torch used {threads} thread(s))" if threads else "")
+    )
+
+
+def gpu_size(need_mb: float) -> int:
+    """The smallest common GPU memory size (GB) that holds `need_mb`; 0 when none of them does."""
+    return next((gb for gb in COMMON_GPU_GB if need_mb <= gb * 1024), 0)
+
+
+def gpu_need(rows: Mapping[str, PhaseRow], config: str, headroom: float) -> dict[str, Any] | None:
+    """Per-GPU memory the rental needs on CUDA: peak reserved + the CUDA context NVML sees, + headroom.
+
+    The context is NVML's used memory minus the allocator's reserved at the same reading (on a GPU
+    no other process shares). None on CPU: there is no GPU figure to give.
+    """
+    peak, context = 0.0, 0.0
+    for row in rows.values():
+        if row.variant != config or row.name == "stack":
+            continue
+        memory = row.memory.values
+        if "peak_reserved_mb" not in memory:
+            continue
+        peak = max(peak, num(memory["peak_reserved_mb"]))
+        if "nvml_used_mb" in memory:
+            context = max(context, num(memory["nvml_used_mb"]) - num(memory.get("reserved_mb")))
+    if peak <= 0:
+        return None
+    need = (peak + context) * (1 + headroom)
+    return {
+        "peak_reserved_mb": round(peak, 1),
+        "cuda_context_mb": round(context, 1),
+        "need_mb": round(need, 1),
+        "smallest_gpu_gb": gpu_size(need),
+    }
+
+
+def memory_caption(sheet: Mapping[str, Any]) -> str:
+    """The memory figure, saying what it is in its first words."""
+    gpu = sheet.get("gpu_need")
+    if gpu:
+        size = f"{gpu['smallest_gpu_gb']} GB GPU" if gpu["smallest_gpu_gb"] else "more than 141 GB per GPU"
+        return (
+            f"per-GPU memory incl. CUDA context (NVML) {gpu['need_mb']:.0f} MiB = peak reserved "
+            f"{gpu['peak_reserved_mb']:.0f} + context {gpu['cuda_context_mb']:.0f}, +{sheet['headroom']:.0%} "
+            f"headroom: smallest common size {size}"
+        )
+    if str(sheet.get("memory_basis", "")).startswith("peak RSS"):
+        return (
+            f"runner process peak RSS on CPU — not GPU memory: {sheet['peak_mb']:.0f} MiB "
+            f"(+{sheet['headroom']:.0%} headroom = {sheet['memory_per_gpu_mb']:.0f} MiB)"
+        )
+    return f"{sheet['memory_basis']}: {sheet['memory_per_gpu_mb']:.0f} MiB per GPU with headroom"
+
+
+def annotate(plan: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """Add what a renter acts on to a computed plan: time ranges, GPU size, caveats (first)."""
+    rows = newest_rows(data)
+    sheet, package = plan["sheet"], plan["package"]
+    config = sheet.get("kept") or "control"
+    need = gpu_need(rows, config, num(sheet.get("headroom")))
+    if need:
+        sheet["gpu_need"] = need
+    sheet["memory_caption"] = memory_caption(sheet)
+    caveats: list[str] = []
+    device = str((data.get("environment") or {}).get("device", sheet.get("device", "")))
+    if device.startswith("cpu"):
+        caveats.append(
+            "measured on the CPU: times and memory are this CPU's, not a GPU's; "
+            "re-run the pilot on the rented GPU before trusting the days"
+        )
+    caveats.append(f"memory: {sheet['memory_caption']}")
+    for entry in package.get("order") or []:
+        steady_row = rows.get(_key("steady", str(entry["id"])))
+        steady = steady_row.details if steady_row is not None else {}
+        span = interval(entry, steady)
+        if span:
+            entry["interval"] = span
+        busy = busy_machine(steady)
+        if busy and busy not in caveats:
+            caveats.append(busy)
+        threads = steady.get("torch_threads")
+        if isinstance(threads, int) and f"threads {threads}" not in " ".join(caveats):
+            caveats.append(
+                f"step times hold at the pilot's torch thread count ({threads} threads "
+                f"on {steady.get('cpu_count', '?')} cores): another thread count or other load changes them"
+            )
+    if "provisional" in plan:
+        caveats.insert(0, str(plan["provisional"]))
+    plan["caveats"] = caveats
+    return plan
+
+
+def provisional_plan(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan of a record that stopped before its end, marked provisional (or why there is none)."""
+    steps = _planned_steps(data)
+    planned = set(steps)
+    done = set(newest_rows(data))
+    missing = [k for k in steps if k not in done]
+    plan = compute_plan(data)
+    plan["provisional"] = (
+        f"PROVISIONAL: the campaign stopped after {len(done & planned)} of {len(planned)} steps "
+        f"({len(missing)} not run{': ' + ', '.join(missing[:4]) + (', …' if len(missing) > 4 else '') if missing else ''})"
+    )
+    return annotate(plan, data)
+
+
+def _planned_steps(data: Mapping[str, Any]) -> list[str]:
+    from .steps import campaign_steps
+
+    return [s.key for s in campaign_steps(spec_of(data))]
+
+
+def text_lines(plan: Mapping[str, Any]) -> list[str]:
+    """What `pilot-tui plan` prints, caveats first, then the range beside each planned configuration."""
+    lines = [f"! {c}" for c in plan.get("caveats") or []]
+    if lines:
+        lines.append("")
+    body = plan_lines(plan)
+    for o in (plan.get("package") or {}).get("order") or []:
+        span = o.get("interval")
+        if not span:
+            continue
+        text = (
+            f"     {o['id']}: {o['end_h'] - o['start_h']:.2f} h, range {span['low_h']:.2f}–{span['high_h']:.2f} h "
+            f"(steady p10 {span['step_p10_s']:.4g} s – p90 {span['step_p90_s']:.4g} s over "
+            f"{span['steady_updates']} timed updates)"
+        )
+        at = next((i for i, line in enumerate(body) if line.startswith(f"  {o['position']}. ")), None)
+        if at is not None:
+            body.insert(at + 1, text)
+    return lines + body

@@ -194,7 +194,8 @@ class Session:
                     "path": str(task_file),
                     "sha256": sha256_file(task_file),
                 }
-            self.record.save()
+            # Not saved yet: the file appears when the first step runs (`_begin_step`), so opening
+            # a campaign and quitting leaves no empty record behind.
         return ready
 
     def close(self, timeout: float = 5.0) -> None:
@@ -225,6 +226,7 @@ class Session:
         self._running, self._phase_started = key, False
         if not self.link.alive():
             self._open_runner()
+        self._begin_step(key)
         overrides, pending_run = self._lr_run_attempt(key, dict(overrides or {}))
         self.link.send(RunStep(step=key, overrides=overrides))
         started: PhaseStarted | None = None
@@ -268,6 +270,7 @@ class Session:
                         self._arm_kill_timer(key)
                 elif isinstance(msg, PhaseFinished):
                     finished = True
+                    self.record.data["campaign"].pop("in_flight", None)
                     self.record.append("phases", msg.row)
                     self.record.save()
                 elif isinstance(msg, RecordUpdate):
@@ -291,6 +294,17 @@ class Session:
             return f"the runner sent nothing for {SILENCE_S:g} s during {phase} (hung) and was killed"
         how = self.link.exit_status() or "it exited"
         return f"the runner process died ({how}) during {phase}; the next step starts a new one"
+
+    def _begin_step(self, key: str) -> None:
+        """Write the record before a step runs, naming the step in flight.
+
+        The first step creates the file (a campaign opened and closed writes nothing); a record
+        left with `in_flight` set was interrupted during that step, and says so when re-opened.
+        The next saved row clears it.
+        """
+        assert self.record is not None
+        self.record.data["campaign"]["in_flight"] = key
+        self.record.save()
 
     def apply_update(self, msg: RecordUpdate) -> RecordUpdate:
         """Keep `msg` in the record and save; returns it as recorded (a run may get a new id)."""
@@ -362,6 +376,7 @@ class Session:
             "details": {"runner_stderr": tail},
         }
         assert self.record is not None
+        self.record.data["campaign"].pop("in_flight", None)
         self.record.append("phases", row)
         self.record.save()
         return PhaseFinished(step=key, row=row)

@@ -46,6 +46,7 @@ async def shoot(app: PilotApp, out: Path) -> list[Path]:
         await pilot.press("a")
         await until(lambda: app.idle and all(g.finished for g in app.gates.values()), "every step")
         await until(lambda: "plan" in app.sections and app.nvml_snapshot is not None, "the plan")
+        await pilot.press("ctrl+home")  # the cursor followed the run as far as redraws saw it
         for pane, key in PANES.items():
             await pilot.press(key)
             await until(lambda: not app.dirty & {app.tabs.active}, f"pane {pane}")

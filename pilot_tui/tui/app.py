@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import threading
 import time
 import tomllib
@@ -17,21 +18,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.widget import Widget
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Header, Static, TabbedContent, TabPane
 
-from .. import DEMO_CAMPAIGN, phase_table
+from .. import DEMO_CAMPAIGN, board, phase_table
+from ..plan import provisional_plan
 from ..record import LIST_SECTIONS, Record, RecordError
 from ..rows import Memory, StepKey
 from ..session import Session
 from .commands import PilotCommands
+from .cpu import CpuProbe, CpuSample
+from .footer import QuietFooter
 from .messages import (
     CampaignStopped,
     CountersMsg,
+    CpuSampled,
     NoteWritten,
     NvmlSampled,
     PhaseFinishedMsg,
@@ -56,11 +62,13 @@ from .screens import ConfirmScreen, HelpScreen, TextPrompt, VariantForm
 from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_variant_id
 
 PANES = ("gates", "batch", "counters", "board", "plan")
-REDRAW_S = 0.1  # each pane redraws at most 10 times a second
+REDRAW_S = 0.1  # a step starting or ending is drawn within 0.1 s
+LIVE_S = 0.5  # live figures (progress, counters, curves) redraw at most twice a second
 NVML_PERIOD_S = 0.5
+CPU_PERIOD_S = 1.0
 HISTORY = 60  # sparkline samples (~30 s at 2 Hz)
 JOIN_TIMEOUT_S = 15.0  # longer than the session's cancel grace: the runner is killed before this
-RUN_ACTIONS = ("next_step", "run_all", "variant", "cancel_phase")
+RUN_ACTIONS = ("next_step", "run_all", "variant", "cancel_phase", "rerun")
 
 
 def is_record(path: Path) -> bool:
@@ -92,14 +100,20 @@ class PilotApp(App[int]):
         Binding("3", "show_pane('counters')", "counters", show=False),
         Binding("4", "show_pane('board')", "board", show=False),
         Binding("5", "show_pane('plan')", "plan", show=False),
+        Binding("r", "rerun", "re-run", show=False),
+        Binding("d", "toggle_detail", "details", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "request_quit", "quit"),
+        # Textual's own ctrl+q quits at once; here it asks like q while a phase runs.
+        Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
     ]
     HELP_KEYS: ClassVar[list[tuple[str, str]]] = [
         ("n, space", "run the next waiting step"),
         ("a", "run every remaining step, in order"),
         ("v", "re-run the selected phase as a new variant (microbatch, max length, …)"),
-        ("c", "cancel the running phase (and the queued ones)"),
+        ("c", "cancel the running phase (and the queued ones); n runs it again"),
+        ("r", "re-run the selected step under its own key (a new row)"),
+        ("d", "details: the selected step's (Gates), the whole plan (Plan)"),
         ("e", "export: write the record, show its path"),
         ("o", "add an observation on the selected row"),
         ("C", "write the campaign's conclusion and decision"),
@@ -107,7 +121,7 @@ class PilotApp(App[int]):
         ("tab / shift+tab", "move focus; arrows move in tables"),
         ("ctrl+p", "command palette: the same actions by name"),
         ("?", "this help"),
-        ("q", "quit (asks first while a phase runs; the runner is stopped cleanly)"),
+        ("q, ctrl+q", "quit (asks first while a phase runs; the runner is stopped cleanly)"),
     ]
 
     def __init__(
@@ -150,6 +164,11 @@ class PilotApp(App[int]):
         self._last_status = ""
         self.campaign_keys: set[str] = set()
         self.dirty: set[str] = set(PANES)
+        # Panes to draw at the next tick; the others (live figures only) at most every LIVE_S.
+        self.urgent: set[str] = set(PANES)
+        self.drawn_at: dict[str, float] = {}
+        self.banner = ""
+        self.cpu_sample: CpuSample | None = None
         self._nvml_stop = threading.Event()
         self._load_initial()
 
@@ -168,6 +187,7 @@ class PilotApp(App[int]):
                 self.gates[key] = gate.with_(key=key)
             self.sections = {k: v for k, v in data.items() if k != "phases"}
             self.status_text = f"read-only record: {self.saved.path}"
+            self.banner = interrupted_banner(data)
             return
         assert self.source is not None
         name = getattr(getattr(self.source, "spec", None), "campaign", None)
@@ -179,10 +199,14 @@ class PilotApp(App[int]):
                 key=step.key, label=step.label, phase=step.phase, variant=step.variant
             )
         self.status_text = "starting the runner…"
+        self.started_at = time.monotonic()
 
     def _set_gate(self, gate: GateState) -> None:
+        previous = self.gates.get(gate.key)
         self.gates[gate.key] = gate
         self.dirty.update(("gates",))
+        if previous is None or previous.status != gate.status:
+            self.urgent.add("gates")  # a step started or ended: drawn at the next tick
 
     @property
     def selected_gate(self) -> GateState | None:
@@ -199,6 +223,9 @@ class PilotApp(App[int]):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
+        banner = Static(self.banner, id="banner")
+        banner.display = bool(self.banner)
+        yield banner
         with TabbedContent(initial="gates", id="tabs"):
             with TabPane("1 Gates", id="gates"):
                 yield GatesPane()
@@ -211,7 +238,7 @@ class PilotApp(App[int]):
             with TabPane("5 Plan", id="plan"):
                 yield PlanPane()
         yield Static(self.status_text, id="status")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         # Kept once: `query_one` on the app searches the *active* screen, which is a modal at times.
@@ -239,6 +266,9 @@ class PilotApp(App[int]):
                 self.runner.run, "runner", "drives the runner process: starts it, runs steps, closes it"
             )
             self._thread(self._poll_nvml, "nvml", "samples every GPU through NVML about twice a second")
+            self._thread(
+                self._poll_cpu, "cpu", "samples the runner's CPU %, RSS and the system memory each second"
+            )
 
     def _thread(self, body: Callable[[], None], name: str, description: str) -> None:
         """A named Textual thread worker of its own group, that reports errors instead of exiting."""
@@ -263,6 +293,14 @@ class PilotApp(App[int]):
                 self._nvml_stop.wait(NVML_PERIOD_S)
         finally:
             self.nvml.close()
+
+    def _poll_cpu(self) -> None:
+        """Worker thread: the runner process and system memory through psutil, once a second."""
+        probe = CpuProbe()
+        while not self._nvml_stop.is_set():
+            pid = getattr(self.source, "runner_pid", None)
+            self.post_message(CpuSampled(probe.sample(pid)))
+            self._nvml_stop.wait(CPU_PERIOD_S)
 
     def on_unmount(self) -> None:
         self.stop_workers()
@@ -291,19 +329,34 @@ class PilotApp(App[int]):
         running = any(g.status == RUNNING for g in self.gates.values())
         if running:
             self.dirty.add("gates")  # the elapsed time of the running row moves
-        todo = set(self.dirty) if force_all else ({active} & self.dirty)
+        now = time.monotonic()
+        if force_all:
+            todo = set(self.dirty)
+        elif active in self.dirty and (
+            active in self.urgent or now - self.drawn_at.get(active, 0.0) >= LIVE_S
+        ):
+            # Progress, counters and curves change many times a second: redrawing a table or a
+            # plot that often is what made keys wait while a run trained (issue 18).
+            todo = {active}
+        else:
+            todo = set()
         with self.batch_update():
             for pane in todo:
                 self._draw(pane)
+                self.drawn_at[pane] = now
             line = self._status_line()
             if line != self._last_status:
                 self._last_status = line
-                self.status_bar.update(line, layout=False)  # one fixed line: no relayout
+                # One line, cut with "…": a wrapped status would hide its end silently.
+                self.status_bar.update(
+                    Text(line, no_wrap=True, overflow="ellipsis"), layout=False
+                )  # one fixed line: no relayout
         self.dirty -= todo
+        self.urgent -= todo
 
     def _draw(self, pane: str) -> None:
         if pane == "gates":
-            self.gates_pane.show(list(self.gates.values()), self.started)
+            self.gates_pane.show(list(self.gates.values()), self.started, self.notes_by_step())
         elif pane == "batch":
             rows = [g.row for g in self.gates.values() if g.phase == "inspect" and g.row]
             self.batch_pane.show(rows[-1] if rows else None)
@@ -316,10 +369,40 @@ class PilotApp(App[int]):
                 counters.show(
                     self.nvml_snapshot, self.runner_counters, list(self.history), self.history_label
                 )
+                counters.show_cpu(self.cpu_sample)
         elif pane == "board":
-            self.board_pane.show(self._runs(), list(self.sections.get("variants", [])))
+            self.board_pane.show(
+                self._runs(), list(self.sections.get("variants", [])), self.sections.get("board")
+            )
         elif pane == "plan":
-            self.plan_pane.show(self.sections.get("plan"), self.sections.get("conclusion"))
+            plan = self.sections.get("plan")
+            if plan is None and self.saved is not None:
+                plan = self.provisional  # a record that stopped before its end
+            self.plan_pane.show(plan, self.sections.get("conclusion"), self.sections.get("notes"))
+
+    @functools.cached_property
+    def provisional(self) -> dict[str, Any] | None:
+        """The plan `pilot-tui plan` computes for a saved record without one: once, not per visit."""
+        assert self.saved is not None
+        try:
+            return provisional_plan(self.saved.data)
+        except Exception as exc:  # a record too incomplete to plan from: say why
+            return {"error": f"no provisional plan: {type(exc).__name__}: {exc}"}
+
+    def board_decision(self) -> dict[str, Any] | None:
+        """`[board]` from the runs so far, as the session computes it (pure: no runner round trip)."""
+        declared = getattr(getattr(self.source, "spec", None), "lr_board", None)
+        if declared is None:
+            return self.sections.get("board")
+        runs = self.sections.get("runs", [])
+        return board.compare(runs, declared.control, [declared.control, *declared.variants])
+
+    def notes_by_step(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for note in self.sections.get("notes") or []:
+            if isinstance(note, dict):
+                out.setdefault(str(note.get("target", "")), []).append(str(note.get("text", "")))
+        return out
 
     def _runs(self) -> list[dict[str, Any]]:
         """Record rows win; live points fill in runs whose row has not arrived yet."""
@@ -337,7 +420,7 @@ class PilotApp(App[int]):
         parts = [f"{done}/{len(self.gates)} steps done"]
         if running:
             g = running[0]
-            parts.append(f"running {g.key}" + (f" {g.done}/{g.total}" if g.total else ""))
+            parts.append(f"running {g.label}" + (f" {g.done}/{g.total}" if g.total else ""))
         if queued:
             parts.append(f"{queued} queued")
         if self.status_text:
@@ -356,7 +439,12 @@ class PilotApp(App[int]):
     @on(SessionReady)
     def handle_ready(self, msg: SessionReady) -> None:
         self.record_path = msg.record_path
-        self.status_text = f"record {msg.record_path.name}"  # the full path: `e` shows it
+        # The record file itself is written when the first step runs (see Session._begin_step).
+        pid = getattr(self.source, "runner_pid", None)
+        if pid is not None:  # a replay has no runner to wait for
+            self.status_text = f"runner ready in {time.monotonic() - self.started_at:.1f} s (pid {pid})"
+        else:
+            self.status_text = "ready"
         device = str(msg.environment.get("device", "?"))
         self.counters_pane.set_campaign(msg.environment)  # its GPUs, matched to NVML by UUID
         if device == "cpu":
@@ -397,7 +485,12 @@ class PilotApp(App[int]):
         row = msg.event.row
         gate = self.gates.get(msg.event.step) or gate_from_row(row)
         self.started.pop(gate.key, None)
-        self._set_gate(gate.with_(status=str(row.get("verdict", "fail")), row=row))
+        if str(row.get("reason", "")).startswith("cancelled"):
+            # The record keeps the cancelled row; the step waits to run again under its own key.
+            message = f"{row['reason']} · n runs it again"
+            self._set_gate(gate.with_(status=WAITING, row={}, message=message, done=0, total=0))
+        else:
+            self._set_gate(gate.with_(status=str(row.get("verdict", "fail")), row=row))
         if gate.phase == "inspect":
             self.dirty.add("batch")
         self.dirty.add("counters")
@@ -426,13 +519,18 @@ class PilotApp(App[int]):
     @on(RunUpdateMsg)
     def handle_run_update(self, msg: RunUpdateMsg) -> None:
         e = msg.event
-        # Replaced, not mutated: the board compares the previous list to decide to re-plot.
-        run = dict(self.live_runs.get(e.run_id, {"id": e.run_id, "losses": [], "validation": []}))
-        run["losses"] = [*run["losses"], e.loss]
+        # Appended in place (O(1) per point, not a copy of the curve); the board re-plots on
+        # `version`, at most twice a second.
+        run = self.live_runs.setdefault(
+            e.run_id, {"id": e.run_id, "losses": [], "loss_updates": [], "validation": []}
+        )
+        # Events are throttled (≤ 10/s), so each loss keeps its update number for the x axis.
+        run["losses"].append(e.loss)
+        run["loss_updates"].append(e.update)
         if e.validation is not None:
-            run["validation"] = [*run["validation"], {"update": e.update, "loss": e.validation}]
+            run["validation"].append({"update": e.update, "loss": e.validation})
         run["status"] = e.status
-        self.live_runs[e.run_id] = run
+        run["version"] = run.get("version", 0) + 1
         self.dirty.add("board")
 
     @on(RecordUpdateMsg)
@@ -442,7 +540,14 @@ class PilotApp(App[int]):
             self.sections[e.section] = [*self.sections.get(e.section, []), e.value]
         else:
             self.sections[e.section] = e.value
+        if e.section == "runs":
+            self.sections["board"] = self.board_decision()
         self.dirty.update(("board", "plan"))
+
+    @on(CpuSampled)
+    def handle_cpu_sampled(self, msg: CpuSampled) -> None:
+        self.cpu_sample = msg.sample
+        self.dirty.add("counters")
 
     @on(RunnerErrorMsg)
     def handle_runner_error(self, msg: RunnerErrorMsg) -> None:
@@ -505,6 +610,22 @@ class PilotApp(App[int]):
         else:
             self.notify("nothing is running", severity="warning")
         self.redraw()
+
+    def action_rerun(self) -> None:
+        """Run the selected step again under its own key: a new row, the old one kept (R14)."""
+        gate = self.selected_gate
+        if gate is None or gate.status in (QUEUED, RUNNING):
+            self.notify("select a step that is not queued or running", severity="warning")
+            return
+        key = gate.key.split("#")[0]
+        self.queue_steps([key])
+
+    def action_toggle_detail(self) -> None:
+        """Gates: the selected step's details or one line; Plan: the whole plan or its summary."""
+        if self.tabs.active == "plan":
+            self.plan_pane.toggle_detail()
+        else:
+            self.gates_pane.toggle_detail()
 
     def action_variant(self) -> None:
         """Re-run the selected phase as a new variant with overrides (a form asks which)."""
@@ -617,7 +738,7 @@ class PilotApp(App[int]):
         for section in ("notes", "conclusion"):
             if section in data:
                 self.sections[section] = data[section]
-        self.dirty.add("plan")
+        self.dirty.update(("plan", "gates"))  # the notes list, and the note's mark on its step
         self.notify(f"{kind} written to {self.record_path}", title=kind)
 
     def action_show_pane(self, pane: str) -> None:
@@ -649,3 +770,26 @@ class PilotApp(App[int]):
                 self.exit(0)
 
         self.push_screen(ConfirmScreen("A phase is running. Cancel it and quit?"), answer)
+
+    def action_quit(self) -> None:  # type: ignore[override]
+        """The palette's and Textual's quit ask too, like q."""
+        self.action_request_quit()
+
+
+def interrupted_banner(data: dict[str, Any]) -> str:
+    """What a re-opened record that stopped before its end says first: steps planned vs done."""
+    if "plan" in data:
+        return ""
+    done = {str(r.get("step")) for r in data.get("phases") or [] if isinstance(r, dict)}
+    try:
+        from ..plan import spec_of
+        from ..steps import campaign_steps
+
+        planned = [s.key for s in campaign_steps(spec_of(data))]
+    except Exception:
+        planned = []
+    in_flight = (data.get("campaign") or {}).get("in_flight")
+    text = f"INTERRUPTED: {len(done & set(planned))} of {len(planned)} planned steps done"
+    if in_flight:
+        text += f"; {in_flight} was running when it stopped"
+    return text + " · the plan shown is provisional"

@@ -12,6 +12,8 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Run all remaining", "run_all", "queue every waiting step (a)"),
     ("Re-run as variant", "variant", "re-run the selected phase with overrides (v)"),
     ("Cancel running phase", "cancel_phase", "stop the running phase (c)"),
+    ("Re-run step", "rerun", "run the selected step again under its own key (r)"),
+    ("Toggle details", "toggle_detail", "the selected step's details; the plan's configurations (d)"),
     ("Export record", "export", "write the record and show its path (e)"),
     ("Add note", "note", "an observation on the selected row (o)"),
     ("Conclude campaign", "conclude", "the campaign's conclusion and decision (C)"),

@@ -11,6 +11,7 @@ from pathlib import Path
 from textual.message import Message
 
 from .. import events as ev
+from .cpu import CpuSample
 from .nvml import NvmlSnapshot
 
 
@@ -119,3 +120,11 @@ class NvmlSampled(Message):
     def __init__(self, snapshot: NvmlSnapshot) -> None:
         super().__init__()
         self.snapshot = snapshot
+
+
+class CpuSampled(Message):
+    """The runner process's CPU % and RSS and the system memory (`cpu.CpuProbe`), about once a second."""
+
+    def __init__(self, sample: CpuSample) -> None:
+        super().__init__()
+        self.sample = sample

@@ -17,6 +17,7 @@ from pilot_tui.tui.screens import ConfirmScreen, VariantForm
 from pilot_tui.tui.state import FAIL, RUNNING, WAITING
 
 from .fake_nvml import NoDriverNvml
+from .test_readable import screen_text
 from .waiting import wait_for
 
 SKIP = ["stack", "estimate", "inspect", "split", "overfit", "lr_run", "resume", "final"]
@@ -46,8 +47,16 @@ async def test_demo_end_to_end_with_keys(write_campaign, tmp_path: Path) -> None
         await wait_for(pilot, lambda: app.gates["load"].finished, "load to finish")
         await pilot.press("a")
         await wait_for(pilot, lambda: app.idle and all(g.finished for g in app.gates.values()), "every step")
-        # The steady row, re-run as a new variant with a smaller microbatch, from the form.
-        await pilot.press("down", "down")
+        # Counters on CPU, at 80×24: the runner's pid and CPU %, system memory, the history's scale.
+        await pilot.press("3")
+        await wait_for(pilot, lambda: f"pid {pid}" in screen_text(app), "the runner's pid")
+        text = screen_text(app)
+        assert "% of one core" in text and "system memory" in text and " … █ " in text, text
+        assert "runner ready in" in app.status_text
+        await pilot.press("1")
+        # The steady row, re-run as a new variant with a smaller microbatch, from the form. (The
+        # cursor followed the running step to the last row: home goes back to the first.)
+        await pilot.press("ctrl+home", "down", "down")
         assert app.selected_gate.key == "steady"
         await pilot.press("v")
         await wait_for(pilot, lambda: isinstance(app.screen, VariantForm), "the variant form")
@@ -92,30 +101,30 @@ async def test_cancel_mid_phase_then_quit_while_running(write_campaign, tmp_path
             "steady to run",
         )
         await pilot.press("c")
-        await wait_for(pilot, lambda: app.gates["steady"].finished, "steady to stop")
-        row = app.gates["steady"].row
-        assert row["verdict"] == FAIL and "cancel" in row["reason"]
+        await wait_for(pilot, lambda: "cancel" in app.gates["steady"].message, "steady to stop")
+        # The record keeps the cancelled row; the step waits to run again under its own key.
+        assert app.gates["steady"].status == WAITING
         assert app.gates["eval_longest"].status == WAITING  # the queue was dropped too
         saved = tomllib.loads(Path(app.record_path).read_text())
         assert saved["phases"][-1]["step"] == "steady" and saved["phases"][-1]["verdict"] == FAIL
-        # Same runner: a long steady again, then quit while it runs.
+        assert "cancel" in saved["phases"][-1]["reason"]
+        # Same runner: `n` runs steady again (its own key, not a new variant); quit while it runs.
         assert app.source.runner_pid == pid
-        for _ in range(list(app.gates).index("steady")):
-            await pilot.press("down")
-        assert app.selected_gate.key == "steady"
-        await pilot.press("v")
-        await wait_for(pilot, lambda: isinstance(app.screen, VariantForm), "the variant form")
-        await pilot.press("enter")
+        await pilot.press("n")
         await wait_for(
-            pilot, lambda: app.gates.get("steady@v1") and app.gates["steady@v1"].done > 0, "steady@v1 to run"
+            pilot,
+            lambda: app.gates["steady"].status == RUNNING and app.gates["steady"].done > 0,
+            "steady to run again",
         )
-        await pilot.press("q")
+        await pilot.press("ctrl+q")  # asks, like q
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the quit question")
         await pilot.press("y")
         await wait_for(pilot, lambda: not app.is_running, "the app to exit")
     assert gone(pid)
     saved = tomllib.loads(Path(app.record_path).read_text())
-    assert saved["phases"][-1]["step"] == "steady@v1" and "cancel" in saved["phases"][-1]["reason"]
+    steady = [row for row in saved["phases"] if row["step"] == "steady"]
+    assert len(steady) == 2 and all("cancel" in row["reason"] for row in steady)
+    assert "in_flight" not in saved["campaign"]
 
 
 async def test_a_cancel_while_a_dead_runner_restarts_still_stops_the_step(
@@ -136,8 +145,8 @@ async def test_a_cancel_while_a_dead_runner_restarts_still_stops_the_step(
         # starts is dropped by that runner, so the runner thread sends it again when the phase starts.
         await wait_for(pilot, lambda: app.runner.current == "steady", "steady to be taken")
         await pilot.press("c")
-        await wait_for(pilot, lambda: app.gates["steady"].finished, "steady to stop")
-        row = app.gates["steady"].row
+        await wait_for(pilot, lambda: "cancel" in app.gates["steady"].message, "steady to stop")
+        row = tomllib.loads(Path(app.record_path).read_text())["phases"][-1]
         assert row["verdict"] == FAIL and row["reason"] == "cancelled by the user", row["reason"]
         assert app.gates["eval_longest"].status == WAITING
         second = app.source.runner_pid

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -72,6 +73,24 @@ def _gradless_reason(found: dict[str, Any]) -> str:
         f"{found['trainable_parameters']:,}) got no gradient in the first update: {named}{more} — an unused "
         "head or a detached module never trains (freeze it with requires_grad = False if that is meant)"
     )
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average (None where the OS has none): how busy the machine was."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def load_details(before: float | None, after: float | None) -> dict[str, float | int]:
+    """What the timed loop shared the machine with: step times hold only at this thread count,
+    on a machine this busy (a plan made under load is flagged by `plan.busy_machine`)."""
+    out: dict[str, float | int] = {"torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count() or 0}
+    loads = [x for x in (before, after) if x is not None]
+    if loads:
+        out["load_avg_1m"] = round(max(loads), 2)
+    return out
 
 
 # Overflowing updates the fp16 scaler may skip before the first real step (it halves each time).
@@ -150,6 +169,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     cuda = ctx.device.type == "cuda"
     synchronize(ctx.device)
+    load_before = machine_load()
     t0 = time.perf_counter()
     for i in range(n):
         ctx.check_cancel()
@@ -181,6 +201,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         "step_time_s": total / n,
         "step_time_p50_s": times[len(times) // 2],
         "step_time_p90_s": times[min(len(times) - 1, int(0.9 * len(times)))],
+        "step_time_p10_s": times[int(0.1 * len(times))],
+        **load_details(load_before, machine_load()),
         "examples_per_s": examples / total,
         "tokens_per_s": tokens / total,
         "loss_first": values[0],

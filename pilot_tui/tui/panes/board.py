@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from ... import board
+from ...board import parse_run_name, split_run_id
 from ...rows import PEAK_KEYS, Memory
 from ..state import fmt_value
 
@@ -31,13 +35,56 @@ def best_validation(run: dict[str, Any]) -> float | None:
     return best[0] if best else None
 
 
+PLOT_PERIOD_S = 0.5  # curves redraw at most twice a second, whatever the update rate
+
+
+def run_name(run_id: str) -> str:
+    """One name per run, the one Gates shows in `lr_run [name]`; a retry adds `#attempt`."""
+    try:
+        base, attempt = split_run_id(run_id)
+    except ValueError:
+        return run_id
+    return base if attempt == 1 else f"{base} #{attempt}"
+
+
+def downsample(
+    values: list[float], width: int, updates: list[int] | None = None
+) -> tuple[list[float], list[float]]:
+    """(x, y) with at most ~2 points per column: a 1500-update curve need not draw 1500 points.
+
+    `updates` gives each value's update number (live points are throttled); else 1, 2, 3, …
+    """
+    n = len(values)
+    x_all = (
+        [float(u) for u in updates] if updates and len(updates) == n else [float(i) for i in range(1, n + 1)]
+    )
+    stride = max(1, math.ceil(n / max(2 * width, 2)))
+    xs, ys = x_all[::stride], values[::stride]
+    if n and (n - 1) % stride:  # always end on the last point
+        xs.append(x_all[-1])
+        ys.append(values[-1])
+    return xs, ys
+
+
+def integer_ticks(last: int, count: int = 6) -> list[int]:
+    """Whole update numbers for the x axis (plotext would write 0.5, 1.5, …)."""
+    step = max(1, math.ceil(last / max(count - 1, 1)))
+    return list(range(0, last + step, step))
+
+
 def run_cells(run: dict[str, Any]) -> tuple[Any, ...]:
+    if "lr" not in run:  # a live run before its row: its name says its LR and seed
+        try:
+            lr, seed = parse_run_name(split_run_id(str(run.get("id", "")))[0])
+            run = run | {"lr": lr, "seed": seed}
+        except ValueError:
+            pass
     status = str(run.get("status", ""))
     stop = run.get("stop_cause", "") or ""
     if stop and run.get("stop_step") is not None:
         stop = f"{stop} @{run['stop_step']}"
     return (
-        str(run.get("id", "?")),
+        run_name(str(run.get("id", "?"))),
         fmt_value(run.get("lr", "")),
         str(run.get("seed", "")),
         Text(status, style=STATUS_STYLE.get(status, "red" if "fail" in status or "diverg" in status else "")),
@@ -95,53 +142,129 @@ def variants_table(variants: list[dict[str, Any]]) -> Table:
     return table
 
 
+class LossPlot(PlotextPlot):
+    """A plotext plot built once per data change and size, not at every render.
+
+    Building a plot is pure Python and slow: a pane switch re-renders the newly shown widgets, and
+    a build there made the Board answer a key in hundreds of ms while a run trained (issue 18).
+    """
+
+    version = 0
+
+    def render(self) -> RenderResult:
+        key = (self.version, self.size, self.app.theme)
+        if getattr(self, "_built", None) is None or self._built[0] != key:
+            self._built = (key, super().render())
+        return self._built[1]
+
+
 class BoardPane(Vertical):
     """LR runs table, their loss curves (train solid, validation marked), and memory variants."""
 
     can_focus = True  # so the tab can hold focus before any run exists
 
     def compose(self) -> ComposeResult:
+        yield Static("", id="board-decision")
         yield Static("No LR runs yet: they appear here when the lr_run steps run.", id="board-empty")
         yield DataTable(id="run-table", cursor_type="row", zebra_stripes=True)
-        yield PlotextPlot(id="loss-plot")
+        yield LossPlot(id="loss-plot")
         yield Static(id="variants")
 
     def on_mount(self) -> None:
         table = self.query_one("#run-table", DataTable)
         for name in RUN_COLUMNS:
             table.add_column(name, key=name)
-        self._runs: list[dict[str, Any]] = []
+        self._signature: tuple[Any, ...] = ()
+        self._plotted_at = 0.0
+        self._pending: list[dict[str, Any]] | None = None
+        self._decision: Any = None
+        self._variants: Any = None
+        self._cells: dict[str, tuple[Any, ...]] = {}
+        self.query_one("#board-decision").display = False
         plt = self.query_one(PlotextPlot).plt
         plt.title("loss per update")
 
-    def show(self, runs: list[dict[str, Any]], variants: list[dict[str, Any]]) -> None:
-        """Redraw from the merged runs (record rows + live points), at most ~10×/s."""
+    def show(
+        self,
+        runs: list[dict[str, Any]],
+        variants: list[dict[str, Any]],
+        board: dict[str, Any] | None = None,
+    ) -> None:
+        """Redraw from the merged runs (record rows + live points); curves at most twice a second."""
         table = self.query_one("#run-table", DataTable)
+        decision = (board or {}).get("decision")
+        if decision != self._decision:
+            self._decision = decision
+            widget = self.query_one("#board-decision", Static)
+            widget.display = bool(decision)
+            widget.update(Text(f"decision: {decision}", style="bold") if decision else "")
         self.query_one("#board-empty").display = not runs
         table.display = bool(runs)
         self.query_one(PlotextPlot).display = bool(runs)
         for run in runs:
             key = str(run.get("id"))
             cells = run_cells(run)
+            shown = self._cells.get(key)
             if key not in table.rows:
                 table.add_row(*cells, key=key)
-            else:
-                for column, value in zip(table.columns, cells, strict=True):
-                    table.update_cell(key, column, value)
-        if runs != self._runs:
+            elif shown != cells:
+                for column, value, old in zip(table.columns, cells, shown or cells, strict=True):
+                    if value != old or shown is None:
+                        # Widths follow the content (a first, empty live row must not fix them),
+                        # but re-measuring relays out the screen: only when the cell is wider.
+                        wider = cell_len(str(value)) > table.columns[column].content_width
+                        table.update_cell(key, column, value, update_width=wider)
+            self._cells[key] = cells
+        signature = tuple(
+            (r.get("id"), r.get("version"), len(r.get("losses") or []), len(r.get("validation") or []))
+            for r in runs
+        )
+        if signature != self._signature:
+            self._signature = signature
+            self._plot_soon(runs)
+        if variants != self._variants:
+            self._variants = variants
+            self.query_one("#variants", Static).update(variants_table(variants) if variants else "")
+
+    def _plot_soon(self, runs: list[dict[str, Any]]) -> None:
+        """Plot now if the last plot is PLOT_PERIOD_S old, else once when it is (latest runs)."""
+        wait = self._plotted_at + PLOT_PERIOD_S - time.monotonic()
+        if wait <= 0:
             self._plot(runs)
-            self._runs = runs
-        self.query_one("#variants", Static).update(variants_table(variants) if variants else "")
+            return
+        if self._pending is None:
+            self.set_timer(wait, self._plot_pending)
+        self._pending = runs
+
+    def _plot_pending(self) -> None:
+        runs, self._pending = self._pending, None
+        if runs is not None:
+            self._plot(runs)
 
     def _plot(self, runs: list[dict[str, Any]]) -> None:
+        self._plotted_at = time.monotonic()
         widget = self.query_one(PlotextPlot)
+        width = max(widget.size.width - 8, 10)
         plt = widget.plt
         plt.clear_data()
+        last = 1
         for run in runs:
-            losses = [x for x in run.get("losses") or [] if isinstance(x, int | float)]
+            losses = run.get("losses") or []
             if losses:
-                plt.plot(list(range(1, len(losses) + 1)), losses, label=str(run.get("id")), marker="braille")
+                xs, ys = downsample(losses, width, run.get("loss_updates"))
+                keep = [(x, y) for x, y in zip(xs, ys, strict=True) if isinstance(y, int | float)]
+                if keep:
+                    plt.plot(
+                        [x for x, _ in keep],
+                        [y for _, y in keep],
+                        label=run_name(str(run.get("id"))),
+                        marker="braille",
+                    )
+                    last = max(last, int(xs[-1]))
             points = [p for p in run.get("validation") or [] if isinstance(p, dict) and "loss" in p]
             if points:
                 plt.scatter([p.get("update", 0) for p in points], [p["loss"] for p in points], marker="x")
+        ticks = integer_ticks(last)
+        plt.xticks(ticks, [str(t) for t in ticks])
+        widget.version += 1
         widget.refresh()

@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
+from ..cpu import CpuSample
 from ..nvml import GpuSample, NvmlSnapshot, campaign_gpus, match_runner
 from ..state import bar, fmt_mb, fmt_value
 
@@ -105,6 +106,36 @@ def runner_table(device: str, values: dict[str, float]) -> Table:
     return grid
 
 
+def history_range(history: Sequence[float]) -> str:
+    """The sparkline's scale: its lowest bar is the minimum, its highest the maximum."""
+    if not history:
+        return ""
+    low, high = min(history), max(history)
+    return f" · ▁ {low:,.0f} … █ {high:,.0f} MiB"
+
+
+def cpu_table(sample: CpuSample) -> Table:
+    """One line each: runner pid and CPU %, its RSS, the system memory; n/a where unreadable."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    runner = f"pid {sample.pid}" if sample.pid is not None else "not running"
+    if sample.cpu_percent is not None:
+        runner += f" · CPU {sample.cpu_percent:.0f}% of one core"
+    if sample.threads is not None:
+        runner += f" · {sample.threads} threads"
+    grid.add_row("runner", Text(runner))
+    if sample.system_used_mb is not None and sample.system_total_mb:
+        used, total = sample.system_used_mb, sample.system_total_mb
+        grid.add_row(
+            "system memory",
+            Text(f"{bar(int(used), int(total), 12)} {used / 1024:.1f}/{total / 1024:.1f} GiB used"),
+        )
+    if sample.load_avg_1m is not None:
+        grid.add_row("load average", Text(f"{sample.load_avg_1m:.2f} on {sample.cores} cores"))
+    return grid
+
+
 class CountersPane(VerticalScroll):
     """NVML view of each GPU (or why there is none) beside the runner's allocator / RSS counters."""
 
@@ -124,6 +155,7 @@ class CountersPane(VerticalScroll):
         yield Static("NVML: not read yet", id="nvml")
         yield Label("Runner process", classes="section")
         yield Static("no counters yet: they arrive while a phase runs", id="runner")
+        yield Static("", id="cpu")
         yield Label("History", id="history-label", classes="section")
         yield Sparkline([], id="history")
 
@@ -135,24 +167,52 @@ class CountersPane(VerticalScroll):
         history_label: str,
     ) -> None:
         """Redraw from the app's latest samples (at most ~10×/s, only while visible)."""
-        widget = self.query_one("#nvml", Static)
         if nvml is None:
-            widget.update(Text("NVML: not read yet", style="dim"))
+            self._set("#nvml", Text("NVML: not read yet", style="dim"), "none")
         elif nvml.error:
-            widget.update(Text(f"{nvml.error}; showing the runner's CPU memory instead.", style="yellow"))
+            text = f"{nvml.error}; showing the runner's CPU memory instead."
+            self._set("#nvml", Text(text, style="yellow"), text)
         else:
             table = gpu_table(nvml.gpus, self.campaign)
             reserved = runner[1].get("reserved_mb") if runner is not None else None
             processes = process_table(nvml.gpus, self.campaign, reserved, self.runner_pid)
+            # The shape (lines taken) decides a relayout; a new sample of the same GPUs redraws in place.
+            shape = (len(nvml.gpus), None if processes is None else processes.row_count)
             if processes is None:
-                widget.update(table)
+                self._set("#nvml", table, shape, always=True)
             else:
                 heading = Text("Processes (NVML, every few seconds)", style="bold")
-                widget.update(Group(table, Text(""), heading, processes))
+                self._set("#nvml", Group(table, Text(""), heading, processes), shape, always=True)
         if runner is not None:
-            self.query_one("#runner", Static).update(runner_table(*runner))
-        self.query_one("#history", Sparkline).data = list(history)
-        self.query_one("#history-label", Label).update(Text(f"History: {history_label}"))
+            self._set("#runner", runner_table(*runner), tuple(runner[1]), always=True)
+        data = list(history)
+        sparkline = self.query_one("#history", Sparkline)
+        if sparkline.data != data:
+            sparkline.data = data
+        self._set("#history-label", Text(f"History: {history_label}{history_range(history)}"), 1, always=True)
+
+    def _set(self, selector: str, content: Any, shape: Any, always: bool = False) -> None:
+        """Update a widget; relayout only when its shape (lines it takes) may have changed.
+
+        A live figure redraws in place: a relayout of the whole screen at every sample is what
+        kept keys waiting while a run trained (issue 18). `always=False` skips an unchanged shape.
+        """
+        shapes: dict[str, Any] = self.__dict__.setdefault("_shapes", {})
+        same = shapes.get(selector, object()) == shape
+        if same and not always:
+            return
+        shapes[selector] = shape
+        self.query_one(selector, Static).update(content, layout=not same)
+
+    def show_cpu(self, sample: CpuSample | None) -> None:
+        """The runner's pid, CPU % and RSS and the system memory (psutil), beside its counters."""
+        widget = self.query_one("#cpu", Static)
+        # No runner process (a replay, or before it starts): nothing of its own to show.
+        widget.display = sample is not None and sample.pid is not None
+        if sample is not None and sample.pid is not None:
+            self._set(
+                "#cpu", cpu_table(sample), (sample.pid is None, sample.system_total_mb is None), always=True
+            )
 
     def show_saved(self, environment: dict[str, Any], peaks: list[float]) -> None:
         """A saved record has no live samples: its devices, and each phase's peak as history."""

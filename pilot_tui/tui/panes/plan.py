@@ -1,7 +1,7 @@
-"""Plan pane: the record's `[plan]` — choice sheet and rental package — rendered generically.
+"""Plan pane: the record's `[plan]` as `pilot-tui plan` prints it — caveats first — then notes.
 
-The plan is built elsewhere and only grows, so this pane reads it as a nested dict: scalars as
-key/value lines, lists of tables as tables, nested tables as sub-sections.
+The per-configuration lines come on demand (`d`). A `[plan]` that the text view cannot read (an
+older record) is rendered generically as a nested dict, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ...plan import text_lines
 from ..state import fmt_value
 
 NO_PLAN = (
@@ -74,6 +75,83 @@ def render(value: Any, title: str = "", depth: int = 0) -> RenderableType:
     return Group(*parts)
 
 
+KEY_WIDTH = 22  # `plan_lines` writes "  key" padded to this, then the value
+
+
+def _split(line: str) -> tuple[str, str] | None:
+    """("key", "value") of a "  key   value" line, or ("!", text) of a caveat; None otherwise."""
+    if line.startswith("! "):
+        return "!", line[2:]
+    if (
+        len(line) > KEY_WIDTH
+        and line[:2] == "  "
+        and line[2] != " "
+        and line[KEY_WIDTH - 1] == " "
+        and line[KEY_WIDTH] != " "
+    ):
+        return line[:KEY_WIDTH].strip(), line[KEY_WIDTH:]
+    return None
+
+
+def plan_text(plan: dict[str, Any] | None, detailed: bool) -> RenderableType:
+    """What `pilot-tui plan` prints, caveats first; the per-configuration lines only on demand.
+
+    "key  value" lines become a two-column grid, so a long value wraps under itself, not under
+    the key (readable at 80 columns).
+    """
+    if not plan:
+        return Text(NO_PLAN, style="dim")
+    if "error" in plan:
+        return Text(f"plan: could not be computed: {plan['error']}", style="bold red")
+    try:
+        lines = text_lines(plan)
+    except (KeyError, TypeError, ValueError):
+        return render_plan(plan)  # an older or partial [plan]: show what it holds
+    parts: list[RenderableType] = []
+    grid: Table | None = None
+    skipping, hidden = False, 0
+    for line in lines:
+        if not detailed:
+            if line == "  configurations":
+                skipping = True
+            elif skipping and not line.startswith("    "):
+                skipping = False
+            if skipping:
+                hidden += 1
+                continue
+        pair = _split(line)
+        if pair is None:
+            grid = None
+            style = "bold underline" if line and line[0] != " " else ""
+            parts.append(Text(line, style=style))
+            continue
+        if grid is None:
+            grid = Table.grid(padding=(0, 1))
+            grid.add_column(no_wrap=True, style="bold")
+            grid.add_column()
+            parts.append(grid)
+        key, value = pair
+        caveat = key == "!"
+        grid.add_row(
+            Text(key, style="bold yellow" if caveat else "bold"),
+            Text(value, style="yellow" if caveat else ""),
+        )
+    if hidden:
+        parts.append(Text(f"  ({hidden - 1} configuration lines: d shows them)", style="dim"))
+    return Group(*parts)
+
+
+def notes_list(notes: list[dict[str, Any]]) -> RenderableType:
+    """Every `[[notes]]` entry: its target, then its text."""
+    table = Table(title="Notes", title_justify="left", title_style="bold underline", box=None, padding=(0, 1))
+    table.add_column("on", no_wrap=True, style="bold")
+    table.add_column("note")
+    for note in notes:
+        if isinstance(note, dict):
+            table.add_row(Text(str(note.get("target", ""))), Text(str(note.get("text", ""))))
+    return table
+
+
 def render_plan(plan: dict[str, Any] | None) -> RenderableType:
     """`sheet` first, then `package`, then anything else the plan holds."""
     if not plan:
@@ -93,13 +171,41 @@ def render_plan(plan: dict[str, Any] | None) -> RenderableType:
 
 
 class PlanPane(VerticalScroll):
-    """The choice sheet and package plan, or a clear "no plan yet"."""
+    """The plan as `pilot-tui plan` prints it (caveats first), the conclusion and the notes."""
 
     def compose(self) -> ComposeResult:
         yield Static(Text(NO_PLAN, style="dim"), id="plan-body")
 
-    def show(self, plan: dict[str, Any] | None, conclusion: dict[str, Any] | None = None) -> None:
-        body = render_plan(plan)
+    def on_mount(self) -> None:
+        self.detailed = False
+        self._shown: tuple[Any, ...] = ()
+
+    def toggle_detail(self) -> None:
+        self.detailed = not self.detailed
+        self._draw(*self._shown[:3])
+
+    def show(
+        self,
+        plan: dict[str, Any] | None,
+        conclusion: dict[str, Any] | None = None,
+        notes: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Draw only when the plan, conclusion or notes changed (never recomputed per visit)."""
+        state = (plan, conclusion, list(notes or []), self.detailed)
+        if state == self._shown:
+            return
+        self._draw(plan, conclusion, notes)
+
+    def _draw(
+        self,
+        plan: dict[str, Any] | None,
+        conclusion: dict[str, Any] | None,
+        notes: list[dict[str, Any]] | None,
+    ) -> None:
+        self._shown = (plan, conclusion, list(notes or []), self.detailed)
+        parts: list[RenderableType] = [plan_text(plan, self.detailed)]
         if conclusion:
-            body = Group(body, render(conclusion, "Conclusion"))
-        self.query_one("#plan-body", Static).update(body)
+            parts.append(render(conclusion, "Conclusion"))
+        if notes:
+            parts.append(notes_list(notes))
+        self.query_one("#plan-body", Static).update(Group(*parts))
