@@ -28,7 +28,7 @@ STACK_PHASES, DATA_PHASES = in_group("stack"), in_group("data")
 ENGINE_PHASES, CLOSING_PHASES = in_group("engine"), in_group("closing")
 
 SEED = 20_240_611
-GROUP_KILLS = 20  # SIGKILL to the CLI's whole process group (CLI + runner)
+GROUP_KILLS = 12  # SIGKILL to the CLI's whole process group (CLI + runner)
 LONE_KILLS = 3  # SIGKILL to the CLI alone: the runner must die by PR_SET_PDEATHSIG
 MARKER = "PILOT_TUI_KILL_TEST"
 # A phase line: "<mark> <verdict>  <step> ...", e.g. "✓ pass  first_step   0.03 s ...".

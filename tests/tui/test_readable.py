@@ -11,7 +11,9 @@ import tomli_w
 from textual.widgets import DataTable
 
 from pilot_tui.events import PhaseProgress, PhaseStarted
+from pilot_tui.plan import spec_of
 from pilot_tui.session import replay_session
+from pilot_tui.steps import campaign_steps
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.messages import PhaseProgressMsg, PhaseStartedMsg
 from pilot_tui.tui.nvml import NvmlProbe
@@ -134,7 +136,8 @@ async def test_an_interrupted_record_says_so_and_gets_a_provisional_plan(tmp_pat
     app = PilotApp(path, nvml=NvmlProbe(NoDriverNvml()))
     async with app.run_test(size=SIZE) as pilot:
         text = screen_text(app)
-        assert "INTERRUPTED: 7 of 24 planned steps done" in text
+        planned = len(campaign_steps(spec_of(data)))  # the record's own spec says what was planned
+        assert f"INTERRUPTED: 7 of {planned} planned steps done" in text
         assert f"{in_flight} was running" in text
         await pilot.press("5")
         await wait_for(pilot, lambda: "PROVISIONAL" in screen_text(app), "the provisional plan")
