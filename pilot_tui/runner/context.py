@@ -136,6 +136,7 @@ class RunContext:
             seed=int(ov.get("seed", self.spec.optim.seed)),
             total_updates=int(acc["updates"]),
             notes=tuple(notes),
+            strategy=str(ov.get("strategy") or v.strategy or self.spec.distributed.strategy),
         )
         return cfg
 

@@ -1,0 +1,172 @@
+"""One rank of the pilot's process group, started by torchrun (R22).
+
+`python -m torch.distributed.run --nproc_per_node N -m pilot_tui.runner.distributed.rank --spec …`
+
+Each rank loads the spec and the task itself, joins the process group, then serves commands the
+runner posts in a TCPStore it hosts: `cmd/<seq>` in, `result/<seq>/<rank>` out. A step command
+runs the *same* phase body as a single process (`phases.execute`), whose training code shards the
+data, wraps the model and all-reduces the loss normaliser when a process group exists; the row it
+makes is this rank's row, and the runner merges the ranks' rows into one. Every rank writes a
+heartbeat (`beat/<rank>`) on each progress tick, so a rank that stops making progress is named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ...events import Message, PhaseProgress, RecordUpdate, RunnerError
+
+STORE_TIMEOUT = dt.timedelta(days=7)  # a rank waits for its next command as long as the runner lives
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.distributed.rank")
+    p.add_argument("--spec", type=Path, required=True)
+    p.add_argument("--spec-sha256", required=True)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--work-dir", type=Path, required=True)
+    p.add_argument("--store-port", type=int, required=True)
+    p.add_argument("--backend", required=True)
+    p.add_argument("--timeout-s", type=float, required=True)
+    return p
+
+
+class Forward:
+    """The rank's `emit`: progress becomes a heartbeat (and rank 0's progress the view's); record
+    updates and errors travel back with the result (rank 0's alone: one copy of each)."""
+
+    def __init__(self, store: dist.TCPStore, rank: int) -> None:
+        self.store, self.rank = store, rank
+        self.carried: list[str] = []
+        self.beat()
+
+    def beat(self, note: str = "") -> None:
+        self.store.set(f"beat/{self.rank}", json.dumps({"t": time.time(), "note": note}))
+
+    def __call__(self, message: Message) -> None:
+        if isinstance(message, PhaseProgress):
+            self.beat(message.message)
+            if self.rank == 0:
+                self.store.set("progress", message.to_json())
+        elif isinstance(message, RecordUpdate | RunnerError) and self.rank == 0:
+            self.carried.append(message.to_json())
+
+
+def _fault(cmd: dict[str, Any], rank: int, phase: str) -> None:
+    """Test hook (the `fault` override, never a spec key): make one rank raise, die or hang."""
+    fault = cmd.get("overrides", {}).get("fault") or {}
+    if not fault or int(fault.get("rank", -1)) != rank:
+        return
+    kind = fault.get("kind")
+    if kind == "raise":
+        raise RuntimeError(f"fault injected on rank {rank} in {phase}")
+    if kind == "kill":
+        os.kill(os.getpid(), 9)
+    if kind == "hang":
+        while True:  # no progress, no collective: what a deadlocked user callback looks like
+            time.sleep(0.2)
+
+
+def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
+    from ...steps import Step
+    from ..phases import PHASES, execute
+
+    step = Step(key=cmd["step"], phase=cmd["phase"], variant=cmd["variant"])
+    overrides = {k: v for k, v in cmd.get("overrides", {}).items() if k != "fault"}
+    body = PHASES.get(step.phase)
+    if body is None or "fault" not in cmd.get("overrides", {}):
+        return execute(ctx, step, overrides)
+    rank = dist.get_rank()
+
+    def faulty(ctx_, run):
+        # Inside the measured phase, after the other ranks have started it.
+        _fault(cmd, rank, step.phase)
+        return body(ctx_, run)
+
+    PHASES[step.phase] = faulty
+    try:
+        return execute(ctx, step, overrides)
+    finally:
+        PHASES[step.phase] = body
+
+
+def serve(args: argparse.Namespace) -> int:
+    from ...spec import load_spec
+    from ...tasks.loader import load_task
+    from ..context import RunContext
+    from ..main import _die_with_parent
+
+    _die_with_parent()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    store = dist.TCPStore("127.0.0.1", args.store_port, is_master=False, timeout=STORE_TIMEOUT)
+    forward = Forward(store, rank)
+    try:
+        loaded = load_spec(args.spec)
+        if loaded.sha256 != args.spec_sha256:
+            raise ValueError(f"{args.spec}: the campaign file changed since the runner read it")
+        if loaded.spec.batch.device == "cpu" or not torch.cuda.is_available():
+            device = torch.device("cpu")
+        else:
+            device = torch.device("cuda", local)
+            torch.cuda.set_device(device)
+        dist.init_process_group(args.backend, timeout=dt.timedelta(seconds=args.timeout_s))
+        task = load_task(loaded)
+        ctx = RunContext(loaded, task, device, forward, args.work_dir)
+        store.set(f"ready/{rank}", json.dumps({"pid": os.getpid(), "device": str(device)}))
+    except Exception as exc:
+        store.set(f"ready/{rank}", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        raise
+    seq = 0
+    while True:
+        cmd = json.loads(store.get(f"cmd/{seq}"))
+        if cmd["op"] == "stop":
+            break
+        forward.carried = []
+        t0 = time.perf_counter()
+        try:
+            if cmd["op"] == "allreduce":
+                from .interconnect import measure_allreduce
+
+                out: dict[str, Any] = {"allreduce": measure_allreduce(float(cmd["mb"]), device, cmd["iters"])}
+            else:
+                out = {"row": _run_step(ctx, cmd)}
+        except Exception as exc:  # a failure the phase registry did not catch still reaches the runner
+            out = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+        out |= {"rank": rank, "seconds": time.perf_counter() - t0, "carried": forward.carried}
+        store.set(f"result/{seq}/{rank}", json.dumps(_clean(out), allow_nan=False))
+        seq += 1
+    dist.destroy_process_group()
+    return 0
+
+
+def _clean(value: Any) -> Any:
+    from ...events import _clean as clean
+
+    return clean(value)
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    try:
+        return serve(args)
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"pilot-tui rank: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
