@@ -47,6 +47,9 @@ class RunContext:
     rows: list[dict[str, Any]] = field(default_factory=list)
     # States moved off the device while another configuration is measured (runner/residency.py).
     parked: set[str] = field(default_factory=set)
+    # Called while a phase waits on something that lives (a fresh process): on a rank of a
+    # process group it tells the runner this rank is not hung (distributed/rank.py).
+    heartbeat: Callable[[], None] = field(default=lambda: None)
 
     def __post_init__(self) -> None:
         s = self.loaded.spec

@@ -167,10 +167,11 @@ def merge_rows(step: Step, results: dict[int, dict[str, Any]], params: dict[str,
         reason = f"rank {worst}: {rows[worst].get('reason', '')}"
     elif verdict == "fail" and len(rows) > 1:
         reason = f"rank {worst}: {rows[worst].get('reason', '')}"
-    times = [rows[r]["details"].get("step_time_s") for r in rows if "step_time_s" in rows[r].get("details", {})]
-    if times:
-        # The ranks step together: the slowest one sets the pace the plan must use.
-        details["step_time_s"] = max(times)
+    for key in ("step_time_s", "step_time_p50_s", "step_time_p90_s", "data_wait_share"):
+        per = [rows[r]["details"][key] for r in rows if key in rows[r].get("details", {})]
+        if per:
+            # The ranks step together: the slowest one sets the pace the plan must use.
+            details[key] = max(per)
     for key in ("examples_per_s", "tokens_per_s"):
         per = [rows[r]["details"].get(key) for r in rows if key in rows[r].get("details", {})]
         if per:

@@ -49,10 +49,15 @@ class Forward:
     def __init__(self, store: dist.TCPStore, rank: int) -> None:
         self.store, self.rank = store, rank
         self.carried: list[str] = []
-        self.beat()
+        self._last = 0.0
+        self.beat("started")
 
     def beat(self, note: str = "") -> None:
-        self.store.set(f"beat/{self.rank}", json.dumps({"t": time.time(), "note": note}))
+        now = time.time()
+        if not note and now - self._last < 1.0:  # a plain "still alive" at most once a second
+            return
+        self._last = now
+        self.store.set(f"beat/{self.rank}", json.dumps({"t": now, "note": note}))
 
     def __call__(self, message: Message) -> None:
         if isinstance(message, PhaseProgress):
@@ -78,6 +83,16 @@ def _fault(cmd: dict[str, Any], rank: int, phase: str) -> None:
             time.sleep(0.2)
 
 
+# The final reload checks the single exported copy in a fresh process: one check, on rank 0.
+RANK0_ONLY = ("final",)
+
+
+def _rank0_only(_ctx, _run):
+    from ..phases.base import Outcome
+
+    return Outcome(details={"note": "rank 0 reloads the single exported copy and compares"})
+
+
 def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
     from ...steps import Step
     from ..phases import PHASES, execute
@@ -85,9 +100,15 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
     step = Step(key=cmd["step"], phase=cmd["phase"], variant=cmd["variant"])
     overrides = {k: v for k, v in cmd.get("overrides", {}).items() if k != "fault"}
     body = PHASES.get(step.phase)
+    rank = dist.get_rank()
+    if body is not None and step.phase in RANK0_ONLY and rank != 0:
+        PHASES[step.phase] = _rank0_only
+        try:
+            return execute(ctx, step, overrides)
+        finally:
+            PHASES[step.phase] = body
     if body is None or "fault" not in cmd.get("overrides", {}):
         return execute(ctx, step, overrides)
-    rank = dist.get_rank()
 
     def faulty(ctx_, run):
         # Inside the measured phase, after the other ranks have started it.
@@ -124,7 +145,7 @@ def serve(args: argparse.Namespace) -> int:
             torch.cuda.set_device(device)
         dist.init_process_group(args.backend, timeout=dt.timedelta(seconds=args.timeout_s))
         task = load_task(loaded)
-        ctx = RunContext(loaded, task, device, forward, args.work_dir)
+        ctx = RunContext(loaded, task, device, forward, args.work_dir, heartbeat=forward.beat)
         store.set(f"ready/{rank}", json.dumps({"pid": os.getpid(), "device": str(device)}))
     except Exception as exc:
         store.set(f"ready/{rank}", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
