@@ -212,6 +212,7 @@ def train_update(
     if not skipped:
         state.scheduler.step()
     state.step += 1
+    dist_state.tick()
     return UpdateStats(
         loss=loss_total / denom,
         grad_norm=grad_norm.detach(),

@@ -12,6 +12,7 @@ through its heartbeat, and the runner gives up after `timeout_s` without any pro
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -61,10 +62,7 @@ def root_cause(log: str) -> tuple[int, str] | None:
     if not rank or not code:
         return None
     exit_code = int(code.group(1))
-    if exit_code < 0:
-        cause = f"killed by {_signal_name(exit_code)}"
-    else:
-        cause = f"exited with code {exit_code}"
+    cause = f"killed by {_signal_name(exit_code)}" if exit_code < 0 else f"exited with code {exit_code}"
     return int(rank.group(1)), cause
 
 
@@ -142,7 +140,12 @@ class RankGroup:
         with open(log_path, "wb") as log:
             # Its own session: the whole tree (agent and ranks) can be ended by one killpg.
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         group = cls(world, backend, timeout_s, spec_sha256, log_path, proc, store)
         try:
@@ -215,15 +218,22 @@ class RankGroup:
                     on_progress(raw.decode())
             dead = self._dead_ranks()
             if dead or self.proc.poll() is not None:
-                raise GroupFailure(self._death_reason(dead), self._failure_details(results))
+                reason, causes = self._death_reason(dead)
+                raise GroupFailure(reason, self._failure_details(results, causes))
             silent = [r for r in range(self.world) if r not in results]
             if first_failure_at is not None and now - first_failure_at > min(self.timeout_s, FAILED_GRACE_S):
-                raise GroupFailure(self._raised_reason(results, silent, beats, now), self._failure_details(results))
-            if silent and all(now - beats[r] > self.timeout_s for r in silent):
+                raise GroupFailure(
+                    self._raised_reason(results, silent, beats, now), self._failure_details(results)
+                )
+            # Every rank silent: twice the collective timeout, so that a rank stuck in a collective
+            # first reports its own timeout and the silent one is named as the cause.
+            if silent and all(now - beats[r] > 2 * self.timeout_s for r in silent):
                 oldest = min(beats[r] for r in silent)
                 hung = [r for r in silent if beats[r] - oldest < 1.0]
                 reason = "; ".join(f"rank {r}: no progress for {now - beats[r]:.0f} s" for r in hung)
-                raise GroupFailure(f"{reason} (timeout_s = {self.timeout_s:g})", self._failure_details(results))
+                raise GroupFailure(
+                    f"{reason} (timeout_s = {self.timeout_s:g})", self._failure_details(results)
+                )
             time.sleep(POLL_S)
         return results
 
@@ -239,7 +249,7 @@ class RankGroup:
                 dead[r] = "its process died"
         return dead
 
-    def _death_reason(self, dead: dict[int, str]) -> str:
+    def _death_reason(self, dead: dict[int, str]) -> tuple[str, dict[int, str]]:
         # torchrun prints which worker failed first and how; give it a moment to say so.
         deadline = time.monotonic() + 5.0
         while self.proc.poll() is None and time.monotonic() < deadline:
@@ -248,32 +258,37 @@ class RankGroup:
         if cause is not None:
             rank, how = cause
             line = last_error_line(self._log(), rank)
-            return f"rank {rank} {how}" + (f": {line}" if line else "")
+            how += f": {line}" if line else ""
+            return f"rank {rank} {how}", {rank: how}
         if dead:
             r = min(dead)
-            return f"rank {r} died: {dead[r]}"
-        return self._exit_reason("during the phase")
+            return f"rank {r} died: {dead[r]}", {r: f"died: {dead[r]}"}
+        return self._exit_reason("during the phase"), {}
 
     def _raised_reason(
         self, results: dict[int, dict[str, Any]], silent: list[int], beats: dict[int, float], now: float
-    ) -> str:
+    ) -> tuple[str, dict[int, str]]:
         failed = [r for r in sorted(results) if _failed(results[r])]
         parts = [f"rank {r}: {_failure_line(results[r])}" for r in failed]
         # A rank that timed out in a collective is the victim of another rank, not the cause.
-        causes = [r for r in failed if not _collective_timeout(results[r])]
-        if not causes and silent:
-            parts = [f"rank {r}: no progress for {now - beats[r]:.0f} s" for r in silent] + parts
+        culprits = [r for r in failed if not _collective_timeout(results[r])]
+        causes = {r: _failure_line(results[r]) for r in failed}
+        if not culprits and silent:
+            causes |= {r: f"no progress for {now - beats[r]:.0f} s" for r in silent}
+            parts = [f"rank {r}: {causes[r]}" for r in silent] + parts
         elif silent:
+            first = ", ".join(map(str, culprits))
+            causes |= {r: f"stopped after rank {first} failed" for r in silent}
             parts.append(f"rank(s) {', '.join(map(str, silent))} stopped after the failure")
-        return "; ".join(parts)
+        return "; ".join(parts), causes
 
     def _exit_reason(self, when: str) -> str:
         code = self.proc.poll()
         line = last_error_line(self._log(), 0)
         return f"torchrun exited {when} with code {code}" + (f": {line}" if line else "")
 
-    def _failure_details(self, results: dict[int, dict[str, Any]]) -> dict[str, Any]:
-        return {"rank_results": results} | self._log_tail()
+    def _failure_details(self, results: dict[int, dict[str, Any]], causes: dict[int, str]) -> dict[str, Any]:
+        return {"rank_results": results, "rank_causes": causes} | self._log_tail()
 
     def _log(self) -> str:
         try:
@@ -296,15 +311,11 @@ class RankGroup:
             except Exception:
                 pass
         for pid in self.pids.values():
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
             self.proc.wait()
 
 

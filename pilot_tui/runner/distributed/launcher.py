@@ -98,13 +98,36 @@ def measure_interconnect(ctx: RunContext, size_mb: float, iters: int = 5) -> dic
 def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str, Any]:
     """Run one step on every rank and return the merged row; nothing that happens escapes."""
     world = world_size(ctx)
-    cfg = ctx.config(step.variant, {k: v for k, v in overrides.items() if k in ("microbatch", "accumulation", "max_length", "precision", "activation_checkpointing", "lr", "seed", "strategy")})
+    cfg = ctx.config(
+        step.variant,
+        {
+            k: v
+            for k, v in overrides.items()
+            if k
+            in (
+                "microbatch",
+                "accumulation",
+                "max_length",
+                "precision",
+                "activation_checkpointing",
+                "lr",
+                "seed",
+                "strategy",
+            )
+        },
+    )
     params = cfg.params() | {"device": str(ctx.device), "world_size": world, "backend": backend(ctx)}
     ctx.cancel.clear()
     ctx.emit(PhaseStarted(step=step.key, phase=step.phase, variant=step.variant, params=params))
     started = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
     t0 = time.perf_counter()
-    command = {"op": "step", "step": step.key, "phase": step.phase, "variant": step.variant, "overrides": overrides}
+    command = {
+        "op": "step",
+        "step": step.key,
+        "phase": step.phase,
+        "variant": step.variant,
+        "overrides": overrides,
+    }
     carried: list[str] = []
     try:
         group = group_for(ctx)
@@ -117,7 +140,8 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
     except GroupFailure as exc:
         close_group(ctx, graceful=False)
         partial = exc.details.pop("rank_results", {})
-        row = failed_row(step, params, started, exc.reason, exc.details, partial)
+        causes = exc.details.pop("rank_causes", {})
+        row = failed_row(step, params, started, exc.reason, exc.details, partial, causes)
     if row["verdict"] == "fail":
         # A failed phase may leave ranks at different points of their collectives: start afresh.
         close_group(ctx, graceful=False)
@@ -137,7 +161,11 @@ def _peak(memory: dict[str, Any]) -> float:
 def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
     """One rank's figures in the merged row (what the Gates detail and Counters draw per rank)."""
     memory, details = row.get("memory", {}), row.get("details", {})
-    entry: dict[str, Any] = {"rank": rank, "verdict": row.get("verdict", ""), "duration_s": row.get("duration_s", 0.0)}
+    entry: dict[str, Any] = {
+        "rank": rank,
+        "verdict": row.get("verdict", ""),
+        "duration_s": row.get("duration_s", 0.0),
+    }
     if row.get("verdict") != "pass":
         entry["reason"] = str(row.get("reason", ""))
     for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb", "nvml_used_mb"):
@@ -149,7 +177,9 @@ def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def merge_rows(step: Step, results: dict[int, dict[str, Any]], params: dict[str, Any], started: str) -> dict[str, Any]:
+def merge_rows(
+    step: Step, results: dict[int, dict[str, Any]], params: dict[str, Any], started: str
+) -> dict[str, Any]:
     """The phase's one row from every rank's row (see the module docstring)."""
     rows: dict[int, dict[str, Any]] = {}
     for r, res in results.items():
@@ -163,9 +193,7 @@ def merge_rows(step: Step, results: dict[int, dict[str, Any]], params: dict[str,
     details = dict(base.get("details", {}))
     verdict = rows[worst].get("verdict", "fail")
     reason = base.get("reason", "")
-    if verdict != base.get("verdict"):
-        reason = f"rank {worst}: {rows[worst].get('reason', '')}"
-    elif verdict == "fail" and len(rows) > 1:
+    if verdict != base.get("verdict") or (verdict == "fail" and len(rows) > 1):
         reason = f"rank {worst}: {rows[worst].get('reason', '')}"
     for key in ("step_time_s", "step_time_p50_s", "step_time_p90_s", "data_wait_share"):
         per = [rows[r]["details"][key] for r in rows if key in rows[r].get("details", {})]
@@ -200,17 +228,19 @@ def failed_row(
     reason: str,
     details: dict[str, Any],
     partial: dict[int, dict[str, Any]],
+    causes: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     """The row of a phase the group could not finish: the failure, named, and what ranks said."""
     ranks = []
     for r in range(int(params.get("world_size", 1))):
-        res = partial.get(r) or partial.get(str(r))  # type: ignore[call-overload]
+        res = partial.get(r)
+        cause = (causes or {}).get(r, "")
         if res and "row" in res:
-            ranks.append(rank_entry(r, res["row"]))
+            ranks.append(rank_entry(r, res["row"]) | ({"reason": cause} if cause else {}))
         elif res:
-            ranks.append({"rank": r, "verdict": "fail", "reason": str(res.get("error", ""))})
+            ranks.append({"rank": r, "verdict": "fail", "reason": cause or str(res.get("error", ""))})
         else:
-            ranks.append({"rank": r, "verdict": "fail", "reason": "no result"})
+            ranks.append({"rank": r, "verdict": "fail", "reason": cause or "no result"})
     return {
         "name": step.phase,
         "step": step.key,

@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -58,6 +59,16 @@ class Forward:
             return
         self._last = now
         self.store.set(f"beat/{self.rank}", json.dumps({"t": now, "note": note}))
+
+    def publish_ticks(self, stop: threading.Event) -> None:
+        """Thread: the training code's last tick becomes this rank's heartbeat, twice a second."""
+        from . import state as dist_state
+
+        seen = 0.0
+        while not stop.wait(0.5):
+            if dist_state.last_tick != seen:
+                seen = dist_state.last_tick
+                self.store.set(f"beat/{self.rank}", json.dumps({"t": seen, "note": "tick"}))
 
     def __call__(self, message: Message) -> None:
         if isinstance(message, PhaseProgress):
@@ -150,6 +161,12 @@ def serve(args: argparse.Namespace) -> int:
     except Exception as exc:
         store.set(f"ready/{rank}", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         raise
+    stop = threading.Event()
+    # A client of its own: TCPStore calls from two threads must not share one connection.
+    ticker = Forward(
+        dist.TCPStore("127.0.0.1", args.store_port, is_master=False, timeout=STORE_TIMEOUT), rank
+    )
+    threading.Thread(target=ticker.publish_ticks, args=(stop,), daemon=True, name="ticks").start()
     seq = 0
     while True:
         cmd = json.loads(store.get(f"cmd/{seq}"))
@@ -169,6 +186,7 @@ def serve(args: argparse.Namespace) -> int:
         out |= {"rank": rank, "seconds": time.perf_counter() - t0, "carried": forward.carried}
         store.set(f"result/{seq}/{rank}", json.dumps(_clean(out), allow_nan=False))
         seq += 1
+    stop.set()
     dist.destroy_process_group()
     return 0
 

@@ -7,6 +7,7 @@ unconditionally and the single-process path stays bit for bit what it was.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,14 @@ import torch
 import torch.distributed as dist
 
 STRATEGIES = ("ddp", "fsdp")
+# When this rank's training code last moved on (an update, a collective); a thread of the rank
+# publishes it as the rank's heartbeat, so "no progress for N s" means what it says.
+last_tick = time.time()
+
+
+def tick() -> None:
+    global last_tick
+    last_tick = time.time()
 
 
 def active() -> bool:
@@ -75,8 +84,10 @@ def sum_int(value: int) -> int:
     """The sum of an integer over every rank (the update's supervised targets, R9)."""
     if not active():
         return value
+    tick()
     t = torch.tensor([value], dtype=torch.int64, device=_device_for())
     dist.all_reduce(t)
+    tick()
     return int(t.item())
 
 
