@@ -194,6 +194,7 @@ class RankGroup:
         self.seq += 1
         for r in range(self.world):
             self.store.set(f"beat/{r}", json.dumps({"t": time.time(), "note": "command posted"}))
+        self.store.delete_key("progress")  # the last command's progress is not this one's
         self.store.set(f"cmd/{seq}", json.dumps(command))
         results: dict[int, dict[str, Any]] = {}
         beats: dict[int, float] = dict.fromkeys(range(self.world), time.time())
@@ -222,17 +223,17 @@ class RankGroup:
                 raise GroupFailure(reason, self._failure_details(results, causes))
             silent = [r for r in range(self.world) if r not in results]
             if first_failure_at is not None and now - first_failure_at > min(self.timeout_s, FAILED_GRACE_S):
-                raise GroupFailure(
-                    self._raised_reason(results, silent, beats, now), self._failure_details(results)
-                )
+                reason, causes = self._raised_reason(results, silent, beats, now)
+                raise GroupFailure(reason, self._failure_details(results, causes))
             # Every rank silent: twice the collective timeout, so that a rank stuck in a collective
             # first reports its own timeout and the silent one is named as the cause.
             if silent and all(now - beats[r] > 2 * self.timeout_s for r in silent):
                 oldest = min(beats[r] for r in silent)
                 hung = [r for r in silent if beats[r] - oldest < 1.0]
-                reason = "; ".join(f"rank {r}: no progress for {now - beats[r]:.0f} s" for r in hung)
+                causes = {r: f"no progress for {now - beats[r]:.0f} s" for r in hung}
+                reason = "; ".join(f"rank {r}: {c}" for r, c in causes.items())
                 raise GroupFailure(
-                    f"{reason} (timeout_s = {self.timeout_s:g})", self._failure_details(results)
+                    f"{reason} (timeout_s = {self.timeout_s:g})", self._failure_details(results, causes)
                 )
             time.sleep(POLL_S)
         return results

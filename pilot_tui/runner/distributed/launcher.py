@@ -142,6 +142,9 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
         partial = exc.details.pop("rank_results", {})
         causes = exc.details.pop("rank_causes", {})
         row = failed_row(step, params, started, exc.reason, exc.details, partial, causes)
+    except Exception as exc:  # the runner's own side failed (a store error): still one row
+        close_group(ctx, graceful=False)
+        row = failed_row(step, params, started, f"{type(exc).__name__}: {exc}", {}, {})
     if row["verdict"] == "fail":
         # A failed phase may leave ranks at different points of their collectives: start afresh.
         close_group(ctx, graceful=False)
@@ -171,9 +174,13 @@ def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
     for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb", "nvml_used_mb"):
         if key in memory:
             entry[key] = memory[key]
-    for key in ("step_time_s", "data_wait_share"):
+    for key, name in (
+        ("step_time_s", "step_time_s"),
+        ("data_wait_share", "data_wait_share"),
+        ("rank_state_mb", "state_mb"),
+    ):
         if key in details:
-            entry[key] = details[key]
+            entry[name] = details[key]
     return entry
 
 

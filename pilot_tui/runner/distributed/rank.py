@@ -94,6 +94,18 @@ def _fault(cmd: dict[str, Any], rank: int, phase: str) -> None:
             time.sleep(0.2)
 
 
+def state_mb_hook(ctx, step, row: dict[str, Any]) -> None:
+    """This rank's own weights + gradients + optimizer state (half per rank under FSDP on 2 ranks).
+
+    First among the after-row hooks: the variant comparison frees a variant's state after its row.
+    """
+    from ..residency import MIB, state_bytes
+
+    state = ctx.states.get(step.variant)
+    if state is not None:
+        row.setdefault("details", {})["rank_state_mb"] = round(sum(state_bytes(state).values()) / MIB, 3)
+
+
 # The final reload checks the single exported copy in a fresh process: one check, on rank 0.
 RANK0_ONLY = ("final",)
 
@@ -156,6 +168,9 @@ def serve(args: argparse.Namespace) -> int:
             torch.cuda.set_device(device)
         dist.init_process_group(args.backend, timeout=dt.timedelta(seconds=args.timeout_s))
         task = load_task(loaded)
+        from ..phases.base import AFTER_ROW
+
+        AFTER_ROW.insert(0, state_mb_hook)
         ctx = RunContext(loaded, task, device, forward, args.work_dir, heartbeat=forward.beat)
         store.set(f"ready/{rank}", json.dumps({"pid": os.getpid(), "device": str(device)}))
     except Exception as exc:

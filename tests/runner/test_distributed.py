@@ -1,0 +1,191 @@
+"""The phases on 2 ranks under torchrun (gloo, CPU): DDP and FSDP2, per-rank rows, the global loss
+normalisation, resume in a new process group, and a rank that raises, dies or hangs (R22).
+
+One Session (one runner, one torchrun group reused across phases) serves every test: torchrun's
+start-up (an interpreter and a torch import per rank) is the cost, so launches are shared. The
+fsdp side runs as the campaign's declared `fsdp` variant and as ad-hoc `@fsdp` steps beside the
+ddp control, in the same group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from conftest import FAST, deep_merge, demo_raw
+
+from pilot_tui.events import Message, PhaseFinished
+from pilot_tui.session import Session
+
+WORLD = 2
+# Long enough for a loaded 2-core CI machine to start a collective on every rank, short enough
+# that the hang test ends in seconds.
+TIMEOUT_S = 8
+
+
+def distributed_campaign(folder: Path) -> Path:
+    raw = deep_merge(demo_raw(), FAST)
+    raw = deep_merge(
+        raw,
+        {
+            "phases": {"skip": ["inspect", "split", "overfit", "lr_run"], "steady_updates": 3},
+            "distributed": {
+                "strategy": "ddp",
+                "nproc_per_node": WORLD,
+                "timeout_s": TIMEOUT_S,
+                "allreduce_mb": 1,
+            },
+            "resume": {"k": 2, "n": 2},
+        },
+    )
+    raw["batch"].pop("replicas")  # replicas becomes the world size
+    raw.pop("lr_board", None)
+    raw["variants"] = [{"id": "fsdp", "strategy": "fsdp"}]
+    path = folder / "campaign.toml"
+    path.write_text(tomli_w.dumps(raw))
+    return path
+
+
+def row_of(events: list[Message]) -> dict[str, Any]:
+    rows = [ev.row for ev in events if isinstance(ev, PhaseFinished)]
+    assert len(rows) == 1
+    return rows[0]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> Iterator[tuple[Session, dict[str, dict[str, Any]]]]:
+    folder = tmp_path_factory.mktemp("distributed")
+    session = Session(distributed_campaign(folder), folder / "records")
+    session.start()
+    rows: dict[str, dict[str, Any]] = {}
+
+    def run(key: str, overrides: dict[str, Any] | None = None, name: str = "") -> None:
+        t0 = time.perf_counter()
+        rows[name or key] = row_of(list(session.run_step(key, overrides)))
+        print(f"{name or key}: {time.perf_counter() - t0:.1f} s")  # where the test's time goes (-s)
+
+    # The control under ddp: every engine phase, then its resume and the final reload.
+    for step in session.steps:
+        if step.phase not in ("resume", "final"):
+            run(step.key)
+    run("resume")
+    run("final")
+    # The same engine phases under fsdp, beside the ddp control, and a resume under fsdp.
+    for phase in ("save", "export"):
+        run(f"{phase}@fsdp", name=f"{phase}@fsdp")
+    run("resume", {"strategy": "fsdp"}, name="resume@fsdp")
+    # A rank that raises, dies or hangs fails its phase by name; the next step still runs.
+    for kind in ("raise", "kill", "hang"):
+        run("first_step", {"fault": {"rank": 1, "kind": kind}}, name=f"fault-{kind}")
+        run("steady", name=f"after-{kind}")
+    yield session, rows
+    session.close()
+
+
+def test_engine_phases_pass_on_two_ranks_with_per_rank_figures(ran):
+    session, rows = ran
+    for key in ("load", "first_step", "steady", "eval_longest", "save", "export"):
+        row = rows[key]
+        assert row["verdict"] in ("pass", "warn"), (key, row["reason"])
+        p = row["params"]
+        assert p["strategy"] == "ddp" and p["world_size"] == WORLD and p["backend"] == "gloo"
+        assert p["effective_batch"] == p["microbatch"] * p["accumulation"] * WORLD == 8
+        ranks = row["ranks"]
+        assert [r["rank"] for r in ranks] == list(range(WORLD))
+        assert all(r["peak_rss_mb"] > 0 and r["duration_s"] > 0 for r in ranks), ranks
+        # The row's memory is the rank with the highest peak: the figure a GPU must hold.
+        assert row["memory"]["peak_rss_mb"] == max(r["peak_rss_mb"] for r in ranks)
+    steady = rows["steady"]
+    assert all(r["step_time_s"] > 0 for r in steady["ranks"])
+    assert steady["details"]["step_time_s"] == max(r["step_time_s"] for r in steady["ranks"])
+    assert 0 <= steady["details"]["data_wait_share"] < 1
+    # What the record holds is what the view was told, ranks included.
+    data = tomllib.loads(session.record.path.read_text())
+    recorded = next(r for r in data["phases"] if r["step"] == "steady")
+    assert recorded["ranks"] == steady["ranks"]
+    assert data["accounting"]["effective_batch"] == 8 and data["accounting"]["replicas"] == WORLD
+
+
+def test_stack_measures_the_all_reduce_on_the_real_group(ran):
+    _, rows = ran
+    stack = rows["stack"]
+    assert stack["verdict"] in ("pass", "warn"), stack["reason"]
+    ic = stack["details"]["interconnect"]
+    assert ic["ranks"] == WORLD and ic["backend"] == "gloo" and ic["size_mb"] == 1
+    assert ic["busbw_gbps"] > 0 and ic["latency_us"] > 0
+    # nccl-tests: busbw = algbw × 2(n-1)/n, and algbw = bytes / time.
+    assert ic["busbw_gbps"] == pytest.approx(ic["algbw_gbps"] * 2 * (WORLD - 1) / WORLD, rel=1e-3)
+    assert ic["algbw_gbps"] == pytest.approx(ic["size_mb"] * 2**20 / ic["time_s"] / 1e9, rel=1e-2)
+    assert "bus" in stack["reason"]
+
+
+def test_two_rank_loss_equals_one_rank_loss_of_the_same_global_batch(ran):
+    """Normalisation is global: sum over both ranks / supervised targets of the whole update."""
+    from pilot_tui.runner.context import RunContext
+    from pilot_tui.runner.training import train_update
+    from pilot_tui.tasks.loader import load_task
+
+    session, rows = ran
+    loaded = session.loaded
+    ctx = RunContext(loaded, load_task(loaded), __import__("torch").device("cpu"), lambda _m: None, Path("."))
+    two = ctx.config()
+    # One process, the same global batch: the accumulation absorbs the second rank.
+    one = dataclasses.replace(two, accumulation=two.accumulation * WORLD, replicas=1, strategy="none")
+    state = ctx.new_state(one)
+    stats = train_update(state, ctx.task, ctx.device, loaded.spec.optim.grad_clip)
+    first = rows["first_step"]["details"]
+    assert stats.supervised == first["supervised_targets"]  # the all-reduced count
+    assert float(stats.loss) == pytest.approx(first["loss"], rel=1e-6, abs=1e-7)
+    assert float(stats.grad_norm) == pytest.approx(first["grad_norm"], rel=1e-5)
+
+
+def test_fsdp_beside_ddp_holds_less_per_rank(ran):
+    _, rows = ran
+    for phase in ("first_step", "steady", "eval_longest"):
+        fsdp, ddp = rows[f"{phase}@fsdp"], rows[phase]
+        assert fsdp["verdict"] in ("pass", "warn"), (phase, fsdp["reason"])
+        assert fsdp["params"]["strategy"] == "fsdp" and ddp["params"]["strategy"] == "ddp"
+        # Each rank holds half the weights, gradients and Adam moments (one row per phase, per rank).
+        for f, d in zip(fsdp["ranks"], ddp["ranks"], strict=True):
+            assert f["state_mb"] < 0.7 * d["state_mb"], (phase, f, d)
+    for phase in ("save", "export"):
+        assert rows[f"{phase}@fsdp"]["verdict"] == "pass", rows[f"{phase}@fsdp"]["reason"]
+
+
+def test_resume_under_each_strategy_matches_in_a_new_process_group(ran):
+    _, rows = ran
+    for key, strategy in (("resume", "ddp"), ("resume@fsdp", "fsdp")):
+        row = rows[key]
+        assert row["verdict"] in ("pass", "warn"), (key, row["reason"])
+        assert row["params"]["strategy"] == strategy
+        d = row["details"]
+        assert d["comparison"] == "bitwise" and d["first_difference"] is None
+        assert all(c["ok"] for c in d["checks"].values()), d["checks"]
+    assert rows["final"]["verdict"] == "pass", rows["final"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "cause"),
+    [
+        ("raise", "RuntimeError: fault injected on rank 1"),
+        ("kill", "killed by SIGKILL"),
+        ("hang", "no progress for"),
+    ],
+)
+def test_a_failing_rank_fails_the_phase_by_name_and_the_next_step_runs(ran, kind, cause):
+    _, rows = ran
+    row = rows[f"fault-{kind}"]
+    assert row["verdict"] == "fail"
+    assert f"rank 1: {cause}" in row["reason"] or f"rank 1 {cause}" in row["reason"], row["reason"]
+    rank1 = row["ranks"][1]
+    assert rank1["verdict"] == "fail" and cause.split(":")[-1].strip() in rank1["reason"], rank1
+    # Bounded: the hang is named within about twice the collective timeout, the others faster.
+    assert row["details"]["wall_s"] < (3 * TIMEOUT_S if kind == "hang" else 60)
+    after = rows[f"after-{kind}"]
+    assert after["verdict"] in ("pass", "warn"), after["reason"]
