@@ -146,6 +146,7 @@ class RankGroup:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                preexec_fn=_die_with_runner,
             )
         group = cls(world, backend, timeout_s, spec_sha256, log_path, proc, store)
         try:
@@ -318,6 +319,14 @@ class RankGroup:
             with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
+
+def _die_with_runner() -> None:
+    # In the child before exec: if the runner is killed, the kernel ends torchrun too, and the
+    # ranks (which die with torchrun) after it. No orphaned process group.
+    from ..main import _die_with_parent
+
+    _die_with_parent()
 
 
 def _unused_log(work_dir: Path) -> Path:
