@@ -13,6 +13,7 @@ through its heartbeat, and the runner gives up after `timeout_s` without any pro
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
 import json
 import os
@@ -321,12 +322,17 @@ class RankGroup:
             self.proc.wait()
 
 
-def _die_with_runner() -> None:
-    # In the child before exec: if the runner is killed, the kernel ends torchrun too, and the
-    # ranks (which die with torchrun) after it. No orphaned process group.
-    from ..main import _die_with_parent
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None
 
-    _die_with_parent()
+
+def _die_with_runner() -> None:
+    # In the child before exec (no import there: the runner has threads): if the runner is
+    # killed, the kernel ends torchrun too, and the ranks die with torchrun. No orphans.
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _unused_log(work_dir: Path) -> Path:
