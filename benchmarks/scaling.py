@@ -40,7 +40,7 @@ def campaign(folder: Path, world: int, steady: int, updates: int) -> Path:
     raw.pop("lr_board", None)
     raw["task"]["options"] = {"n_conversations": 240, "seed": 0}
     raw["phases"] = {"steady_updates": steady, "skip": SKIP}
-    raw["batch"] |= {"microbatch": 2, "accumulation": 8 // world}
+    raw["batch"] |= {"microbatch": 2, "accumulation": 4 // world}
     raw["batch"].pop("replicas", None)
     effective = 8
     raw["plan"] |= {
@@ -58,10 +58,12 @@ def campaign(folder: Path, world: int, steady: int, updates: int) -> Path:
 
 
 def run(session: Session, key: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    last = None
     for ev in session.run_step(key, overrides):
         if isinstance(ev, PhaseFinished):
             return ev.row
-    raise RuntimeError(f"{key}: no row")
+        last = ev
+    raise RuntimeError(f"{key}: no row ({last})")
 
 
 def main() -> int:
