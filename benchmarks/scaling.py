@@ -58,12 +58,11 @@ def campaign(folder: Path, world: int, steady: int, updates: int) -> Path:
 
 
 def run(session: Session, key: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    last = None
-    for ev in session.run_step(key, overrides):
-        if isinstance(ev, PhaseFinished):
-            return ev.row
-        last = ev
-    raise RuntimeError(f"{key}: no row ({last})")
+    # Drained to the end: the runner's Idle must be read before the next step is sent.
+    rows = [ev.row for ev in session.run_step(key, overrides) if isinstance(ev, PhaseFinished)]
+    if not rows:
+        raise RuntimeError(f"{key}: no row")
+    return rows[0]
 
 
 def main() -> int:
