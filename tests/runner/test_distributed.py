@@ -20,7 +20,7 @@ import pytest
 import tomli_w
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.events import Message, PhaseFinished
+from pilot_tui.events import PhaseFinished, WireMessage
 from pilot_tui.session import Session
 
 WORLD = 2
@@ -52,7 +52,7 @@ def distributed_campaign(folder: Path) -> Path:
     return path
 
 
-def row_of(events: list[Message]) -> dict[str, Any]:
+def row_of(events: list[WireMessage]) -> dict[str, Any]:
     rows = [ev.row for ev in events if isinstance(ev, PhaseFinished)]
     assert len(rows) == 1
     return rows[0]

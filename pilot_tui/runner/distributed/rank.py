@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...events import Message, PhaseProgress, RecordUpdate, RunnerError
+from ...events import PhaseProgress, RecordUpdate, RunnerError, WireMessage
 
 STORE_TIMEOUT = dt.timedelta(days=7)  # a rank waits for its next command as long as the runner lives
 
@@ -70,7 +70,7 @@ class Forward:
                 seen = dist_state.last_tick
                 self.store.set(f"beat/{self.rank}", json.dumps({"t": seen, "note": "tick"}))
 
-    def __call__(self, message: Message) -> None:
+    def __call__(self, message: WireMessage) -> None:
         if isinstance(message, PhaseProgress):
             self.beat(message.message)
             if self.rank == 0:
@@ -149,9 +149,9 @@ def serve(args: argparse.Namespace) -> int:
     from ...spec import load_spec
     from ...tasks.loader import load_task
     from ..context import RunContext
-    from ..main import _die_with_parent
+    from ..lifetime import die_with_parent
 
-    _die_with_parent()
+    die_with_parent()
     if args.threads:
         torch.set_num_threads(args.threads)
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
