@@ -189,3 +189,63 @@ def test_a_failing_rank_fails_the_phase_by_name_and_the_next_step_runs(ran, kind
     assert row["details"]["wall_s"] < (3 * TIMEOUT_S if kind == "hang" else 60)
     after = rows[f"after-{kind}"]
     assert after["verdict"] in ("pass", "warn"), after["reason"]
+
+
+# ------------------------------------------------------------------ pure parts, no process group
+
+TORCHRUN_FAILURE = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+pilot_tui.runner.distributed.rank FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 20866)  (SIGTERM)
+  traceback : Signal 15 (SIGTERM) received by PID 20866
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 20867)  (SIGKILL)
+  traceback : Signal 9 (SIGKILL) received by PID 20867
+=======================================================
+"""
+
+
+def test_torchruns_root_cause_names_the_first_failed_rank_not_the_ones_it_then_stopped():
+    from pilot_tui.runner.distributed.group import root_cause
+
+    assert root_cause(TORCHRUN_FAILURE) == (1, "killed by SIGKILL")
+    assert root_cause(TORCHRUN_FAILURE.replace("-9 (pid", "3 (pid")) == (1, "exited with code 3")
+    assert root_cause("no summary printed") is None
+
+
+def test_merged_row_takes_the_worst_rank_verdict_and_the_highest_peak():
+    from pilot_tui.runner.distributed.launcher import merge_rows
+    from pilot_tui.steps import Step
+
+    def rank_row(verdict: str, peak: float, step_s: float) -> dict[str, Any]:
+        return {
+            "verdict": verdict,
+            "reason": f"{verdict} here",
+            "duration_s": step_s * 10,
+            "params": {"microbatch": 2},
+            "memory": {"peak_rss_mb": peak},
+            "details": {"step_time_s": step_s, "examples_per_s": 10.0},
+        }
+
+    results = {0: {"row": rank_row("pass", 300.0, 0.02)}, 1: {"row": rank_row("warn", 420.0, 0.05)}}
+    row = merge_rows(Step.parse("steady"), results, {"world_size": 2}, "now")
+    assert row["verdict"] == "warn" and row["reason"] == "rank 1: warn here"
+    assert row["memory"]["peak_rss_mb"] == 420.0 and row["details"]["peak_rank"] == 1
+    assert row["details"]["step_time_s"] == 0.05 and row["duration_s"] == 0.5
+    assert row["details"]["examples_per_s"] == 20.0  # both ranks' examples
+    assert [r["rank"] for r in row["ranks"]] == [0, 1] and row["ranks"][1]["reason"] == "warn here"
+
+
+def test_bus_bandwidth_is_the_nccl_tests_definition():
+    from pilot_tui.runner.distributed.interconnect import bus_bandwidth
+
+    algbw, busbw = bus_bandwidth(8e9, 2.0, 8)
+    assert algbw == 4.0 and busbw == pytest.approx(4.0 * 2 * 7 / 8)
+    assert bus_bandwidth(1e9, 1.0, 2) == (1.0, 1.0)

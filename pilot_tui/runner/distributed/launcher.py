@@ -98,24 +98,8 @@ def measure_interconnect(ctx: RunContext, size_mb: float, iters: int = 5) -> dic
 def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str, Any]:
     """Run one step on every rank and return the merged row; nothing that happens escapes."""
     world = world_size(ctx)
-    cfg = ctx.config(
-        step.variant,
-        {
-            k: v
-            for k, v in overrides.items()
-            if k
-            in (
-                "microbatch",
-                "accumulation",
-                "max_length",
-                "precision",
-                "activation_checkpointing",
-                "lr",
-                "seed",
-                "strategy",
-            )
-        },
-    )
+    # The same params the single-process execute shows (ctx.config reads only the keys it knows).
+    cfg = ctx.config(step.variant, overrides)
     params = cfg.params() | {"device": str(ctx.device), "world_size": world, "backend": backend(ctx)}
     ctx.cancel.clear()
     ctx.emit(PhaseStarted(step=step.key, phase=step.phase, variant=step.variant, params=params))
