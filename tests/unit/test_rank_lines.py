@@ -45,3 +45,14 @@ def test_latest_ranks_is_the_last_row_run_on_several_ranks():
     ]
     assert latest_ranks(rows) == ("steady", RANKS[:1])
     assert latest_ranks([{"step": "inspect"}]) == ("", [])
+
+
+def test_headless_prints_one_indented_line_per_rank_and_none_for_one_process():
+    from pilot_tui.headless import rank_lines
+
+    lines = rank_lines({"ranks": RANKS})
+    assert lines == [
+        "      rank 0: pass · peak RSS 300.0 MiB · step 41.0 ms",
+        "      rank 1: fail · peak RSS 450.0 MiB · killed by SIGKILL",
+    ]
+    assert rank_lines({"step": "load"}) == []
