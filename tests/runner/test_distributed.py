@@ -142,10 +142,11 @@ def test_two_rank_loss_equals_one_rank_loss_of_the_same_global_batch(ran):
     session, rows = ran
     loaded = session.loaded
     ctx = RunContext(loaded, load_task(loaded), __import__("torch").device("cpu"), lambda _m: None, Path("."))
-    two = ctx.config()
     # One process, the same global batch: the accumulation absorbs the second rank.
-    one = dataclasses.replace(two, accumulation=two.accumulation * WORLD, replicas=1, strategy="none")
-    state = ctx.new_state(one)
+    one = ctx.config()
+    assert (one.microbatch, one.accumulation, one.replicas) == (2, 2 * WORLD, 1), one
+    assert one.effective_batch == rows["first_step"]["params"]["effective_batch"]
+    state = ctx.new_state(dataclasses.replace(one, strategy="none"))
     stats = train_update(state, ctx.task, ctx.device, loaded.spec.optim.grad_clip)
     first = rows["first_step"]["details"]
     assert stats.supervised == first["supervised_targets"]  # the all-reduced count

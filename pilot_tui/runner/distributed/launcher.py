@@ -99,7 +99,7 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
     """Run one step on every rank and return the merged row; nothing that happens escapes."""
     world = world_size(ctx)
     # The same params the single-process execute shows (ctx.config reads only the keys it knows).
-    cfg = ctx.config(step.variant, overrides)
+    cfg = ctx.config(step.variant, overrides, as_ranks=True)
     params = cfg.params() | {"device": str(ctx.device), "world_size": world, "backend": backend(ctx)}
     ctx.cancel.clear()
     ctx.emit(PhaseStarted(step=step.key, phase=step.phase, variant=step.variant, params=params))
