@@ -15,7 +15,10 @@ checks what can fail:
 - resume at the default tolerance (0: bitwise, deterministic algorithms) passes;
 - a device-side assert fails its row ("CUDA context poisoned") and the next step runs in a new
   runner; the CLI exits 1;
-- eval peaks are not inherited from training (eval_longest and every fit-search point).
+- eval peaks are not inherited from training (eval_longest and every fit-search point);
+- the campaign under torchrun (R22): ddp on every visible GPU with nccl, an fsdp variant, per-rank
+  rows, and the all-reduce when there are several GPUs (needs `--budget-s 420` to be reached
+  after the other parts).
 
 Every subprocess has a timeout (killed with its process group); each result is appended to
 DIR/results.jsonl the moment it is known, so a hang loses nothing already measured. The records
