@@ -137,7 +137,10 @@ class RankGroup:
             "--timeout-s",
             str(timeout_s),
         ]
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
+        from ..determinism import apply_spawn_env
+
+        # The ranks get the runner's reproducibility settings (cuBLAS workspace) as workers do.
+        env = dict(apply_spawn_env(dict(os.environ)), PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
         with open(log_path, "wb") as log:
             # Its own session: the whole tree (agent and ranks) can be ended by one killpg.
             proc = subprocess.Popen(
