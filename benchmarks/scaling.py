@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pilot_tui.events import PhaseFinished  # noqa: E402
-from pilot_tui.plan import estimate, latest_rows, spec_of  # noqa: E402
+from pilot_tui.plan import estimate, newest_rows, spec_of  # noqa: E402
 from pilot_tui.session import Session  # noqa: E402
 
 SKIP = ["inspect", "split", "overfit", "lr_run", "resume", "final", "save", "export", "eval_longest"]
@@ -82,7 +82,7 @@ def main() -> int:
                 data = tomllib.loads(session.record.path.read_text())
                 # The plan's own estimate for the control, from the 2-rank rows of this record.
                 entry = {"id": "control"} | rows["steady"]["params"]
-                est = estimate(entry, latest_rows(data), spec_of(data), data)
+                est = estimate(entry, newest_rows(data), spec_of(data), data)
                 # The actual run: the same group, `updates - 1` more updates after the first one.
                 t0 = time.perf_counter()
                 long = run(session, "steady", {"steady_updates": args.updates - 1})
