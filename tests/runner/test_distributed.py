@@ -88,6 +88,8 @@ def ran(tmp_path_factory) -> Iterator[tuple[Session, dict[str, dict[str, Any]]]]
     for phase in ("save", "export"):
         run(f"{phase}@fsdp", name=f"{phase}@fsdp")
     run("resume", {"strategy": "fsdp"}, name="resume@fsdp")
+    # A collate made slow on purpose (a test hook): the DataLoader's wait is measured and warned.
+    run("steady", {"collate_delay_s": 0.01}, name="slow-collate")
     # A rank that raises, dies or hangs fails its phase by name; the next step still runs, on a
     # fresh group each time (the next fault's own failure, then a steady that passes): one
     # torchrun start per fault, the cost of these tests.
@@ -185,6 +187,17 @@ def test_resume_under_each_strategy_matches_in_a_new_process_group(ran):
         assert d["comparison"] == "bitwise" and d["first_difference"] is None
         assert all(c["ok"] for c in d["checks"].values()), d["checks"]
     assert rows["final"]["verdict"] == "pass", rows["final"]["reason"]
+
+
+def test_a_slow_collate_shows_as_data_wait_on_every_rank_and_warns(ran):
+    _, rows = ran
+    slow, normal = rows["slow-collate"], rows["steady"]
+    assert slow["details"]["loader"] == {"num_workers": 0, "pin_memory": False}
+    # 10 ms per microbatch, 2 microbatches per rank and update, waited for in next(iterator).
+    assert slow["details"]["data_wait_s"] >= 0.02
+    assert all(r["data_wait_share"] > 0.1 for r in slow["ranks"]), slow["ranks"]
+    assert slow["details"]["data_wait_share"] > normal["details"]["data_wait_share"]
+    assert slow["verdict"] == "warn" and "would wait for its data" in slow["reason"], slow["reason"]
 
 
 @pytest.mark.parametrize(
