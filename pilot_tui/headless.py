@@ -53,6 +53,23 @@ def line_width(out: TextIO) -> int | None:
     return shutil.get_terminal_size((80, 24)).columns
 
 
+def rank_lines(data: dict) -> list[str]:
+    """A phase run on several ranks (R22): one indented line per rank under the phase's line."""
+    out = []
+    for r in data.get("ranks") or []:
+        parts = [f"rank {r.get('rank', '?')}: {r.get('verdict', '?')}"]
+        for key, label in (("peak_reserved_mb", "peak reserved"), ("peak_rss_mb", "peak RSS")):
+            if isinstance(r.get(key), int | float):
+                parts.append(f"{label} {r[key]:.1f} MiB")
+                break
+        if isinstance(r.get("step_time_s"), int | float):
+            parts.append(f"step {r['step_time_s'] * 1e3:.1f} ms")
+        if r.get("reason"):
+            parts.append(str(r["reason"]))
+        out.append("      " + " · ".join(parts))
+    return out
+
+
 class ProgressBar:
     """A one-line bar redrawn in place, only on a terminal (logs stay clean).
 
@@ -233,7 +250,7 @@ def _show(ev: WireMessage, bar: ProgressBar, out: TextIO, err: TextIO, width: in
     elif isinstance(ev, PhaseFinished):
         bar.clear()
         # Printed only after the record holding this row is on disk.
-        print(phase_line(ev.row, width), file=out, flush=True)
+        print(phase_line(ev.row, width), *rank_lines(ev.row), sep="\n", file=out, flush=True)
         return int(ev.row["verdict"] == "fail")
     elif isinstance(ev, RunnerError):
         bar.clear()

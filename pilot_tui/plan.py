@@ -549,6 +549,13 @@ def _assumptions(
             f"plan.gpus = {spec.plan.gpus} but the pilot measured {replicas} replica(s): the estimate is for "
             f"{replicas} GPU(s); no speed-up from more GPUs is assumed until it is measured"
         )
+    if replicas > 1:
+        # R22: the step time is the slowest rank's, measured on `replicas` ranks with their
+        # collectives in it; never one GPU's time divided by the GPU count.
+        out.append(
+            f"step times were measured on {replicas} ranks under torchrun ({spec.distributed.strategy}), "
+            "slowest rank, collectives included: no linear speed-up is assumed"
+        )
     device = str((data.get("environment") or {}).get("device", ""))
     if device.startswith("cpu"):
         out.append(

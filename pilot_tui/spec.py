@@ -27,6 +27,7 @@ DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "linear", "cosine")
 GROUP_KINDS = ("id", "time")
 STRATEGIES = ("none", "ddp", "fsdp")
+BACKENDS = ("", "nccl", "gloo")
 
 
 class SpecError(Exception):
@@ -87,6 +88,9 @@ class BatchSpec:
     epochs: int = 0
     device: str = "auto"
     activation_checkpointing: bool = False
+    # The steady phase feeds its batches through a torch DataLoader with these (issue 16).
+    num_workers: int = 0
+    pin_memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,8 @@ class VariantSpec:
     max_length: int = 0
     precision: str = ""
     activation_checkpointing: bool | None = None
+    # ddp -> fsdp is the per-GPU memory question people pilot (issue 16).
+    strategy: str = ""
 
 
 @dataclass(frozen=True)
@@ -233,6 +239,23 @@ class EstimateSpec:
 
 
 @dataclass(frozen=True)
+class DistributedSpec:
+    """How the engine phases run on several processes under torchrun (R22)."""
+
+    strategy: str = "none"
+    # 0: batch.replicas when declared, else every visible GPU on cuda (resolved by the runner), 1 on cpu.
+    nproc_per_node: int = 0
+    # "": nccl on GPUs, gloo on CPU.
+    backend: str = ""
+    # Collective timeout; a rank with no progress for this long fails its phase.
+    timeout_s: float = 300.0
+    # Size of the stack phase's all-reduce; 0: 64 MiB on GPUs, 8 MiB on CPU.
+    allreduce_mb: float = 0.0
+    # The steady row warns when waiting for data takes more than this share of an update.
+    data_wait_warn: float = 0.10
+
+
+@dataclass(frozen=True)
 class CampaignSpec:
     """The whole campaign file."""
 
@@ -252,6 +275,7 @@ class CampaignSpec:
     control: ControlSpec = field(default_factory=ControlSpec)
     plan: PlanSpec = field(default_factory=PlanSpec)
     estimate: EstimateSpec = field(default_factory=EstimateSpec)
+    distributed: DistributedSpec = field(default_factory=DistributedSpec)
 
     def limit_for(self, phase: str) -> LimitSpec:
         """The phase's own ceilings, else the `[limits.default]` ones."""
@@ -454,6 +478,7 @@ def _check(spec: CampaignSpec) -> None:
             v.precision and v.precision != b.precision,
             v.activation_checkpointing is not None
             and v.activation_checkpointing != b.activation_checkpointing,
+            v.strategy and v.strategy != spec.distributed.strategy,
         ]
         need(any(changes), key, f"variant {v.id!r} changes nothing from the control")
     if spec.fit_search is not None:
@@ -514,6 +539,53 @@ def _check(spec: CampaignSpec) -> None:
     need(not (e.strategy == "none" and e.gpus > 1), "estimate.strategy", "'none' runs on one GPU")
 
 
+# --------------------------------------------------------------------------------------------
+# [distributed] (issue 16): kept in one block so the world-size rule lives in one place.
+
+
+def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
+    def need(ok: bool, key: str, problem: str) -> None:
+        if not ok:
+            raise _KeyError(key, problem)
+
+    d, b = spec.distributed, spec.batch
+    need(d.strategy in STRATEGIES, "distributed.strategy", f"must be one of {', '.join(STRATEGIES)}")
+    need(d.nproc_per_node >= 0, "distributed.nproc_per_node", "must be ≥ 1 (or 0 for the default)")
+    need(d.backend in BACKENDS, "distributed.backend", "must be 'nccl' or 'gloo' (or left out)")
+    need(d.timeout_s > 0, "distributed.timeout_s", "must be > 0")
+    need(d.allreduce_mb >= 0, "distributed.allreduce_mb", "must be ≥ 0 (0 = the default size)")
+    need(0 < d.data_wait_warn <= 1, "distributed.data_wait_warn", "must be a share in (0, 1]")
+    need(b.num_workers >= 0, "batch.num_workers", "must be ≥ 0")
+    if d.strategy == "none":
+        need(
+            d.nproc_per_node <= 1, "distributed.nproc_per_node", "several processes need strategy ddp or fsdp"
+        )
+        need(b.replicas == 1, "batch.replicas", "replicas > 1 needs [distributed] strategy = 'ddp' or 'fsdp'")
+    elif d.nproc_per_node:
+        need(
+            b.replicas == d.nproc_per_node or not replicas_declared,
+            "batch.replicas",
+            f"is {b.replicas} but distributed.nproc_per_node is {d.nproc_per_node}: replicas is the world "
+            "size (leave it out, or make them equal)",
+        )
+    for i, v in enumerate(spec.variants):
+        if v.strategy:
+            need(v.strategy in ("ddp", "fsdp"), f"variants[{i}].strategy", "must be 'ddp' or 'fsdp'")
+            need(d.strategy != "none", f"variants[{i}].strategy", "needs [distributed] strategy ddp or fsdp")
+
+
+def _resolve_world(spec: CampaignSpec) -> CampaignSpec:
+    """batch.replicas becomes the world size: nproc_per_node when only that is declared."""
+    d = spec.distributed
+    if d.strategy != "none" and d.nproc_per_node and spec.batch.replicas != d.nproc_per_node:
+        return dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, replicas=d.nproc_per_node))
+    if d.strategy != "none" and not d.nproc_per_node and spec.batch.replicas > 1:
+        return dataclasses.replace(
+            spec, distributed=dataclasses.replace(d, nproc_per_node=spec.batch.replicas)
+        )
+    return spec
+
+
 def _line_of(text: str, key: str) -> int | None:
     """Best-effort line of a dotted key in the TOML text (for messages, not for parsing)."""
     parts = re.sub(r"\[\d+\]", "", key).split(".")
@@ -548,6 +620,8 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
     try:
         spec = _build(CampaignSpec, raw, "")
         _check(spec)
+        _check_distributed(spec, "replicas" in raw.get("batch", {}))
+        spec = _resolve_world(spec)
     except _KeyError as exc:
         line = _line_of(text, exc.key)
         where = f"line {line}: " if line else ""

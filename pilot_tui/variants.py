@@ -169,6 +169,7 @@ def compare_entry(
         "precision",
         "activation_checkpointing",
         "device",
+        "strategy",  # ddp beside fsdp: the per-GPU memory question (R22)
     ):
         if key in params:
             entry[key] = params[key]

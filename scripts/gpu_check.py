@@ -15,7 +15,10 @@ checks what can fail:
 - resume at the default tolerance (0: bitwise, deterministic algorithms) passes;
 - a device-side assert fails its row ("CUDA context poisoned") and the next step runs in a new
   runner; the CLI exits 1;
-- eval peaks are not inherited from training (eval_longest and every fit-search point).
+- eval peaks are not inherited from training (eval_longest and every fit-search point);
+- the campaign under torchrun (R22): ddp on every visible GPU with nccl, an fsdp variant, per-rank
+  rows, and the all-reduce when there are several GPUs (needs `--budget-s 420` to be reached
+  after the other parts).
 
 Every subprocess has a timeout (killed with its process group); each result is appended to
 DIR/results.jsonl the moment it is known, so a hang loses nothing already measured. The records
@@ -46,7 +49,7 @@ MIB = 1024 * 1024
 DEVICE = "cuda"
 
 # Seconds each part may take at most (each also stops at the overall budget).
-PART_LIMITS = {"nvml": 45, "poison": 70, "demo": 110, "oom": 90}
+PART_LIMITS = {"nvml": 45, "poison": 70, "demo": 110, "oom": 90, "torchrun": 120}
 
 
 class Checks:
@@ -455,6 +458,39 @@ def poison_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -
 # ---------------------------------------------------------------------------------- main
 
 
+def torchrun_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> None:
+    """The campaign through the torchrun path (R22): ddp on every visible GPU (nccl), fsdp as a variant."""
+    raw = merge(
+        tomllib.loads(DEMO.read_text()),
+        {
+            "campaign": {"name": "gpu-torchrun"},
+            "batch": {"device": DEVICE},
+            "phases": {"steady_updates": 20, "skip": ["inspect", "split", "overfit"]},
+            "distributed": {"strategy": "ddp", "timeout_s": 60},
+        },
+    )
+    raw["batch"].pop("replicas", None)  # the world size: every visible GPU
+    raw.pop("lr_board", None)
+    raw["variants"] = [{"id": "fsdp", "strategy": "fsdp"}]
+    code, data, seconds = run_campaign(raw, work, env, limit)
+    rows = rows_of(data)
+    fails = [f"{k}: {r['reason'][:60]}" for k, r in rows.items() if r["verdict"] == "fail"]
+    checks.add(
+        "torchrun: campaign passes", code == 0 and not fails, "; ".join(fails) or exit_text(code, seconds)
+    )
+    ranked = [k for k, r in rows.items() if r.get("ranks")]
+    checks.add("torchrun: rows with per-rank figures", len(ranked) >= 9, ", ".join(ranked))
+    steady = rows.get("steady", {})
+    per_rank = [
+        (r.get("rank"), r.get("peak_reserved_mb"), r.get("nvml_used_mb"), r.get("step_time_s"))
+        for r in steady.get("ranks", [])
+    ]
+    ok = bool(per_rank) and all((p or 0) > 0 for _, p, _, _ in per_rank)
+    checks.add("torchrun: steady per rank (rank, peak reserved, NVML used, step s)", ok, str(per_rank))
+    ic = rows.get("stack", {}).get("details", {}).get("interconnect")
+    checks.add("torchrun: all-reduce", None, str(ic) if ic else "one rank: no all-reduce measured")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -491,7 +527,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         work = Path(tmp)
         env = ensure_pure_deps(work)
-        parts = (("nvml", nvml_part), ("poison", poison_part), ("demo", demo_part), ("oom", oom_part))
+        parts = (
+            ("nvml", nvml_part),
+            ("poison", poison_part),
+            ("demo", demo_part),
+            ("oom", oom_part),
+            ("torchrun", torchrun_part),
+        )
         if DEVICE == "cpu":  # no CUDA to hold, and a 400M-parameter model would swamp the host
             parts = parts[1:3]
         for name, part in parts:

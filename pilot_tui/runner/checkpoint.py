@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from .distributed import state as dist_state
 from .safe_load import load_checkpoint, load_tensors
 from .training import TrainState
 
@@ -64,9 +65,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def training_state(state: TrainState) -> dict[str, Any]:
+    """Everything a resume needs. Under DDP/FSDP: the gathered full state dict (every rank holds
+    the whole model and optimizer under the user's parameter names; rank 0 alone writes it)."""
     return {
-        "model": state.model.state_dict(),
-        "optimizer": state.optimizer.state_dict(),
+        "model": dist_state.model_state(state.model),
+        "optimizer": dist_state.optimizer_state(state.model, state.optimizer),
         "scheduler": state.scheduler.state_dict(),
         "scaler": state.scaler.state_dict(),
         "rng": rng_state(),
@@ -76,7 +79,10 @@ def training_state(state: TrainState) -> dict[str, Any]:
 
 
 def save_training_state(state: TrainState, path: Path) -> None:
-    _atomic(path, lambda tmp: torch.save(training_state(state), tmp))
+    payload = training_state(state)  # a collective under DDP/FSDP: every rank takes part
+    if dist_state.is_rank0():
+        _atomic(path, lambda tmp: torch.save(payload, tmp))
+    dist_state.barrier()  # the file exists for every rank after this
 
 
 def write_checkpoint(payload: dict[str, Any], path: Path) -> None:
@@ -94,8 +100,7 @@ def load_training_state(
 
 
 def restore_training_state(state: TrainState, saved: dict[str, Any]) -> None:
-    state.model.load_state_dict(saved["model"])
-    state.optimizer.load_state_dict(saved["optimizer"])
+    dist_state.load_states(state.model, state.optimizer, saved["model"], saved["optimizer"])
     state.scheduler.load_state_dict(saved["scheduler"])
     state.scaler.load_state_dict(saved["scaler"])
     state.sampler.load_state_dict(saved["data"])
@@ -112,9 +117,12 @@ def detached_copies(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tens
 def export_weights(
     model: torch.nn.Module, path: Path, state: Mapping[str, torch.Tensor] | None = None
 ) -> dict[str, torch.Tensor]:
-    """The model's state dict (or the task's `export_state`, e.g. a LoRA adapter) as safetensors."""
-    tensors = detached_copies(model.state_dict() if state is None else state)
-    _atomic(path, lambda tmp: save_file(tensors, tmp))
+    """The model's state dict (or the task's `export_state`, e.g. a LoRA adapter) as safetensors:
+    one full copy, written by rank 0 alone when the model is sharded or replicated (R22)."""
+    tensors = detached_copies(dist_state.model_state(model) if state is None else state)
+    if dist_state.is_rank0():
+        _atomic(path, lambda tmp: save_file(tensors, tmp))
+    dist_state.barrier()
     return tensors
 
 

@@ -17,6 +17,7 @@ from ..spec import LoadedSpec, VariantSpec
 from ..splits import field_split, group_split
 from ..tasks.contract import Task
 from ..variants import accumulation_for
+from .distributed import state as dist_state
 from .training import TrainConfig, TrainState, build_state
 
 
@@ -47,6 +48,9 @@ class RunContext:
     rows: list[dict[str, Any]] = field(default_factory=list)
     # States moved off the device while another configuration is measured (runner/residency.py).
     parked: set[str] = field(default_factory=set)
+    # Called while a phase waits on something that lives (a fresh process): on a rank of a
+    # process group it tells the runner this rank is not hung (distributed/rank.py).
+    heartbeat: Callable[[], None] = field(default=lambda: None)
 
     def __post_init__(self) -> None:
         s = self.loaded.spec
@@ -93,11 +97,15 @@ class RunContext:
         # A variant made on the fly (the TUI's `v`): its overrides carry every change.
         return VariantSpec(id=variant)
 
-    def config(self, variant: str = "control", overrides: dict[str, Any] | None = None) -> TrainConfig:
+    def config(
+        self, variant: str = "control", overrides: dict[str, Any] | None = None, *, as_ranks: bool = False
+    ) -> TrainConfig:
         """The control's configuration with the variant's (and the overrides') changes applied.
 
         A smaller microbatch without a declared accumulation raises the accumulation so the
-        effective batch stays the control's, and the row says so (R11).
+        effective batch stays the control's, and the row says so (R11). In a distributed campaign,
+        a phase that runs in one process (the runner's own, not a rank's; `as_ranks` False) folds
+        the ranks into the accumulation: the same global batch, never a silently smaller one.
         """
         b, v = self.spec.batch, self.variant_spec(variant)
         ov = dict(overrides or {})
@@ -136,7 +144,19 @@ class RunContext:
             seed=int(ov.get("seed", self.spec.optim.seed)),
             total_updates=int(acc["updates"]),
             notes=tuple(notes),
+            strategy=str(ov.get("strategy") or v.strategy or self.spec.distributed.strategy),
         )
+        if cfg.replicas > 1 and not as_ranks and not dist_state.active():
+            cfg = replace(
+                cfg,
+                accumulation=cfg.accumulation * cfg.replicas,
+                replicas=1,
+                notes=(
+                    *cfg.notes,
+                    f"runs in one process: accumulation × {cfg.replicas} keeps the global batch of "
+                    f"{cfg.replicas} ranks",
+                ),
+            )
         return cfg
 
     def new_state(self, config: TrainConfig) -> TrainState:

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 @dataclass
 class UpdateSampler:
-    """Yields the example indices of one optimizer update, split into microbatches."""
+    """Yields the example indices of one optimizer update, split into microbatches.
+
+    With `replicas` > 1 an update is `microbatch × accumulation × replicas` examples of one global
+    order, and this rank takes its contiguous share (what a DistributedSampler does per epoch): the
+    position counts global updates, so a checkpoint resumes at any world size.
+    """
 
     indices: list[int]
     microbatch: int
@@ -21,13 +26,15 @@ class UpdateSampler:
     drop_last: bool = True
     epoch: int = 0
     position: int = 0  # updates already taken in this epoch
+    replicas: int = 1
+    rank: int = 0
 
     def __post_init__(self) -> None:
         self._cache: tuple[int, list[int]] | None = None
 
     @property
     def effective(self) -> int:
-        return self.microbatch * self.accumulation
+        return self.microbatch * self.accumulation * self.replicas
 
     @property
     def updates_per_epoch(self) -> int:
@@ -51,6 +58,8 @@ class UpdateSampler:
         order = self._order(self.epoch)
         start = self.position * self.effective
         chunk = order[start : start + self.effective]
+        share = -(-len(chunk) // self.replicas)  # an incomplete last update is split as evenly as it goes
+        chunk = chunk[self.rank * share : (self.rank + 1) * share]
         self.position += 1
         return [chunk[i : i + self.microbatch] for i in range(0, len(chunk), self.microbatch)]
 

@@ -120,6 +120,7 @@ def _open(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: thread
         loaded = load_spec(cmd.spec_path)
         task = load_task(loaded)
         device = pick_device(loaded.spec.batch.device)
+        loaded = _resolve_world(loaded, device)
         ctx = RunContext(loaded, task, device, emit, Path(cmd.work_dir), cancel)
         if not ctx.splits["train"]:
             raise TaskError(f"{loaded.path}: the train split is empty ({len(task.examples)} examples)")
@@ -169,6 +170,30 @@ def _warm_lazy_imports() -> None:
         import torch._dynamo  # noqa: F401
 
 
+def _resolve_world(loaded, device):
+    from .distributed.launcher import resolve_world
+
+    return resolve_world(loaded, device)
+
+
+def _run(ctx, step, overrides) -> None:
+    """A step on the ranks of a torchrun group when the campaign is distributed, else here."""
+    from .distributed.launcher import execute_on_ranks, runs_on_ranks
+    from .phases import execute
+
+    if runs_on_ranks(ctx, step):
+        execute_on_ranks(ctx, step, overrides)
+    else:
+        execute(ctx, step, overrides)
+
+
+def _close_ranks(ctx) -> None:
+    if ctx is not None:
+        from .distributed.launcher import close_group
+
+        close_group(ctx)
+
+
 def serve(
     commands: queue.Queue, emit: Callable[[WireMessage], None], cancel: threading.Event, holder: dict
 ) -> bool:
@@ -178,7 +203,6 @@ def serve(
     True when it ended because a step poisoned the CUDA context (the process must end too).
     """
     from ..steps import campaign_steps, find_step
-    from .phases import execute
 
     ctx = None
     while True:
@@ -189,6 +213,7 @@ def serve(
             if isinstance(cmd, RunnerError):
                 emit(cmd)
             elif isinstance(cmd, OpenCampaign):
+                _close_ranks(ctx)
                 ctx = holder["ctx"] = _open(cmd, emit, cancel)
             elif isinstance(cmd, RunStep):
                 if ctx is None:
@@ -197,7 +222,7 @@ def serve(
                     step = find_step(campaign_steps(ctx.spec), cmd.step)
                     holder["busy"] = True
                     try:
-                        execute(ctx, step, cmd.overrides)
+                        _run(ctx, step, cmd.overrides)
                     finally:
                         holder["busy"] = False
                     if _poisoned(ctx):
@@ -208,6 +233,7 @@ def serve(
         except Exception as exc:
             emit(RunnerError(message=exception_line(exc), traceback=traceback.format_exc()))
         emit(Idle())
+    _close_ranks(ctx)
     return False
 
 

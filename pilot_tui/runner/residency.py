@@ -25,6 +25,9 @@ def tensors_bytes(tensors: Iterable[torch.Tensor], device: torch.device | None =
     """Bytes of distinct storages among `tensors` (optionally only those on `device`)."""
     seen: dict[tuple[str, int], int] = {}
     for t in tensors:
+        # An FSDP2 parameter (DTensor): this rank's shard is what sits in its memory.
+        to_local = getattr(t, "to_local", None)
+        t = to_local() if to_local is not None else t
         if device is not None and t.device.type != device.type:
             continue
         storage = t.untyped_storage()

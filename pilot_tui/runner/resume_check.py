@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..tasks.contract import Task
+from .distributed import state as dist_state
 from .finiteness import finite_equal, max_finite_diff
 from .training import TrainState, train_update
 
@@ -43,8 +44,8 @@ def observe_update(state: TrainState, task: Task, device: torch.device, grad_cli
 
 def final_tensors(state: TrainState) -> dict[str, torch.Tensor]:
     """Weights and optimizer moments at the end, flat and named, for safetensors."""
-    out = {f"model/{k}": v.detach() for k, v in state.model.state_dict().items()}
-    for idx, s in state.optimizer.state_dict()["state"].items():
+    out = {f"model/{k}": v.detach() for k, v in dist_state.model_state(state.model).items()}
+    for idx, s in dist_state.optimizer_state(state.model, state.optimizer)["state"].items():
         for key, value in s.items():
             if torch.is_tensor(value):
                 out[f"optim/{idx}/{key}"] = value.detach().reshape(value.shape)

@@ -14,6 +14,7 @@ import torch
 from ..tasks.contract import Batch, Example, Task
 from . import objective
 from .data import UpdateSampler
+from .distributed import state as dist_state
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class TrainConfig:
     seed: int
     total_updates: int
     notes: tuple[str, ...] = ()
+    # none | ddp | fsdp: how the model is wrapped when the phase runs on several ranks (R22).
+    strategy: str = "none"
 
     @property
     def effective_batch(self) -> int:
@@ -131,13 +134,21 @@ def build_state(
         if task.set_activation_checkpointing is None:
             raise ValueError("this task exposes no activation-checkpointing switch")
         task.set_activation_checkpointing(model, True)
+    # Under torchrun: DDP or FSDP2 around the same initial weights (every rank seeds alike).
+    model = dist_state.wrap(model, config.strategy, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(warmup, schedule, config.total_updates)
     )
     scaler = torch.amp.GradScaler(device.type, enabled=config.precision == "fp16")
     sampler = UpdateSampler(
-        list(train_indices), config.microbatch, config.accumulation, seed=data_seed, drop_last=drop_last
+        list(train_indices),
+        config.microbatch,
+        config.accumulation,
+        seed=data_seed,
+        drop_last=drop_last,
+        replicas=dist_state.world(),
+        rank=dist_state.rank(),
     )
     return TrainState(config, model, optimizer, scheduler, scaler, sampler)
 
@@ -152,37 +163,46 @@ def train_update(
     device: torch.device,
     grad_clip: float,
     micro: list[list[int]] | None = None,
+    host: list[Batch] | None = None,
 ) -> UpdateStats:
     """One optimizer update over `accumulation` microbatches.
 
     The loss is the sum over every microbatch divided by the supervised targets of the *whole*
-    update, not a mean of per-microbatch means (R9). With fp16 the scaler steps and updates once
-    per optimizer step, never per microbatch.
+    update, not a mean of per-microbatch means (R9); on several ranks the count is all-reduced, so
+    it is the whole global update's. With fp16 the scaler steps and updates once per optimizer
+    step, never per microbatch. `host` takes batches already collated (by a DataLoader).
     """
     cfg = state.config
     micro = micro if micro is not None else state.sampler.next_update()
-    host = [task.collate([task.examples[i] for i in idx], cfg.max_length) for idx in micro]
+    if host is None:
+        host = [task.collate([task.examples[i] for i in idx], cfg.max_length) for idx in micro]
     # Counted on the host batches, before the copy: counting device tensors would sync the device
     # twice per microbatch, every update.
-    total = sum(objective.supervised_count(task, b) for b in host)
+    local = sum(objective.supervised_count(task, b) for b in host)
+    total = dist_state.sum_int(local)
     tokens = sum(int(b["attention_mask"].sum()) if "attention_mask" in b else len(b["labels"]) for b in host)
     batches = [to_device(b, device) for b in host]
     del host
     denom = max(total, 1)  # an update with no supervised target contributes no gradient
+    # DDP and FSDP average gradients over ranks; the loss wants their sum over the global update.
+    ranks = dist_state.world()
     state.model.train()
     state.optimizer.zero_grad(set_to_none=True)
     loss_total = torch.zeros((), device=device)
     shapes = []
-    for batch in batches:
+    for i, batch in enumerate(batches):
         shapes.append(list(next(iter(batch.values())).shape))
-        with autocast(device, cfg.precision):
-            logits = objective.forward(task, state.model, batch)
-            part = objective.loss_sum(task, logits, batch)
-        state.scaler.scale(part / denom).backward()
+        with dist_state.gradient_sync(state.model, last=i == len(batches) - 1):
+            with autocast(device, cfg.precision):
+                logits = objective.forward(task, state.model, batch)
+                part = objective.loss_sum(task, logits, batch)
+            state.scaler.scale(part * ranks / denom if ranks > 1 else part / denom).backward()
         loss_total += part.detach().float()
+    loss_total = dist_state.sum_tensor(loss_total)
     state.scaler.unscale_(state.optimizer)
     params = [p for p in state.model.parameters() if p.grad is not None]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    grad_norm = dist_state.full_norm(grad_norm)
     # fp16: a step skipped for inf/NaN gradients lowers the scale and must not advance the
     # schedule. Reading the scale syncs the device, so only the fp16 path pays for it.
     scale_before = state.scaler.get_scale() if state.scaler.is_enabled() else None
@@ -192,6 +212,7 @@ def train_update(
     if not skipped:
         state.scheduler.step()
     state.step += 1
+    dist_state.tick()
     return UpdateStats(
         loss=loss_total / denom,
         grad_norm=grad_norm.detach(),

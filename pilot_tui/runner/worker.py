@@ -58,6 +58,7 @@ class Worker:
                 except subprocess.TimeoutExpired:
                     if ctx is not None:
                         ctx.check_cancel()  # raises Cancelled; `finally` kills the worker
+                        ctx.heartbeat()
                     if time.monotonic() > deadline:
                         raise WorkerFailed(f"the fresh process took over {timeout_s:g} s", -1, []) from None
         finally:
@@ -79,15 +80,48 @@ class Worker:
             self.proc.communicate()
 
 
-def start_worker(module: str, args: Sequence[str], out_dir: Path) -> Worker:
+# What torchrun tells its ranks: a fresh process started *from* a rank must not inherit it, or it
+# would try to join the rank's group (or torchrun would reuse the rank's run).
+TORCHRUN_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+
+
+def without_torchrun_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in TORCHRUN_ENV and not k.startswith("TORCHELASTIC_")}
+
+
+def start_worker(module: str, args: Sequence[str], out_dir: Path, nproc: int = 1) -> Worker:
     """Start `python -m module args...`; its stdout and stderr are captured, never inherited
-    (the runner's stdout is the event protocol)."""
+    (the runner's stdout is the event protocol). With `nproc` > 1 it is a new torchrun process
+    group of that many ranks (a resume under DDP/FSDP is verified in a *new* group, R22)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RESULT_FILE).unlink(missing_ok=True)
     # Reproducible cuBLAS in the worker as in the runner: fixed before the worker loads torch.
-    env = apply_spawn_env(dict(os.environ, PYTHONUNBUFFERED="1"))
+    env = apply_spawn_env(dict(without_torchrun_env(os.environ), PYTHONUNBUFFERED="1"))
+    launch = [sys.executable, "-m", module]
+    if nproc > 1:
+        launch = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(nproc),
+        ]
+        launch += ["--max-restarts", "0", "--monitor-interval", "0.2", "-m", module]
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args],
+        [*launch, *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -136,6 +170,16 @@ def worker_context(args) -> RunContext:
         raise ValueError(f"{args.spec}: the campaign file changed since the runner read it")
     task = load_task(loaded)
     device = pick_device(loaded.spec.batch.device)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started by torchrun: join the new group
+        import datetime as dt
+
+        import torch.distributed as dist
+
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        backend = loaded.spec.distributed.backend or ("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend, timeout=dt.timedelta(seconds=loaded.spec.distributed.timeout_s))
     return RunContext(loaded, task, device, lambda _msg: None, args.out)
 
 
@@ -144,7 +188,10 @@ def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str,
     from safetensors.torch import save_file
 
     from .checkpoint import _atomic, detached_copies
+    from .distributed import state as dist_state
 
+    if not dist_state.is_rank0():  # one result per process group
+        return
     out_dir.mkdir(parents=True, exist_ok=True)
     tensor_path = out_dir / "tensors.safetensors"
     plain = detached_copies(tensors)  # tied weights share memory: safetensors needs copies

@@ -57,6 +57,7 @@ from .panes.board import BoardPane
 from .panes.counters import CountersPane
 from .panes.gates import GatesPane
 from .panes.plan import PlanPane
+from .ranks import latest_ranks
 from .runner_thread import RunnerThread, Source
 from .screens import ConfirmScreen, HelpScreen, TextPrompt, VariantForm
 from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_variant_id
@@ -362,6 +363,7 @@ class PilotApp(App[int]):
             self.batch_pane.show(rows[-1] if rows else None)
         elif pane == "counters":
             counters = self.counters_pane
+            counters.show_ranks(*latest_ranks([g.row for g in self.gates.values() if g.row]))
             if self.saved is not None:
                 peaks = [Memory.from_toml(g.row.get("memory")).peak() for g in self.gates.values()]
                 counters.show_saved(self.sections.get("environment", {}), [p for p in peaks if p is not None])

@@ -10,6 +10,7 @@ from .. import finiteness
 from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from ..context import RunContext
 from ..control import replay_controls
+from ..distributed import state as dist_state
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
 
@@ -34,7 +35,7 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     state = ctx.state(variant, ctx.config(variant, run.overrides))
     _refuse_non_finite(ctx, state.model, variant, "save")
     # A rerun at the same step gets a new name: an earlier artifact entry keeps its file (R14).
-    path = _unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt")
+    path = dist_state.from_rank0(_unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt"))
     save_training_state(state, path)
     entry = artifact_entry(path, "training_checkpoint", phase="save", variant=variant, step=state.step)
     _record_artifact(ctx, entry)
@@ -43,12 +44,13 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     missing = [k for k in CHECKPOINT_KEYS if k not in saved]
     if missing:
         raise PhaseFailure(f"checkpoint lacks {', '.join(missing)}", {"artifact": entry})
+    model = dist_state.model_state(state.model)  # full weights under the user's names, on every rank
     differ = [
         k
-        for k, v in state.model.state_dict().items()
-        if not finiteness.finite_equal(saved["model"][k], v.cpu())
+        for k, v in model.items()
+        if k not in saved["model"] or not finiteness.finite_equal(saved["model"][k], v.cpu())
     ]
-    if differ:
+    if differ or set(saved["model"]) != set(model):
         raise PhaseFailure(
             f"reloaded checkpoint weights differ from the saved model: {', '.join(differ[:5])}",
             {"artifact": entry},
@@ -68,7 +70,7 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
     _refuse_non_finite(ctx, state.model, variant, "export")
-    path = _unused(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors")
+    path = dist_state.from_rank0(_unused(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors"))
     own = ctx.task.export_state(state.model) if ctx.task.export_state is not None else None
     tensors = export_weights(state.model, path, own)
     entry = artifact_entry(

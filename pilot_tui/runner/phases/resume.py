@@ -25,6 +25,7 @@ from .. import finiteness
 from ..checkpoint import training_state, write_checkpoint
 from ..context import RunContext
 from ..determinism import deterministic
+from ..distributed import state as dist_state
 from ..probes import release_cache
 from ..residency import park_all
 from ..resume_check import NONDETERMINISTIC_RTOL, compare, final_tensors, next_draws, observe_update
@@ -128,10 +129,11 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         saved_position = dict(payload["data"])
         if breaking:
             _break(payload, breaking)
-        path = _unused(
-            ctx.work_dir / f"resume-{variant}-step{k}{'-broken-' + breaking if breaking else ''}.pt"
-        )
-        write_checkpoint(payload, path)
+        name = f"resume-{variant}-step{k}{'-broken-' + breaking if breaking else ''}.pt"
+        path = dist_state.from_rank0(_unused(ctx.work_dir / name))
+        if dist_state.is_rank0():  # one full copy (gathered state dict), written by rank 0 alone
+            write_checkpoint(payload, path)
+        dist_state.barrier()
         del payload
         entry = artifact_entry(
             path, "resume_checkpoint", phase="resume", variant=variant, step=k, broken=breaking or None
@@ -160,6 +162,10 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     park_all(ctx)
     release_cache(ctx.device)
     _refuse_non_finite_run(reference, ref_tensors, k, n, entry)
+    if not dist_state.is_rank0():
+        # Rank 0 starts the new process group and compares; this rank's part (its shard of the
+        # uninterrupted run and of the gathered checkpoint) is done.
+        return Outcome(details={"k": k, "n": n, "note": "rank 0 resumes in a new process group and compares"})
 
     out_dir = path.with_suffix(".worker")
     worker = start_worker(
@@ -180,6 +186,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
             str(n),
         ],
         out_dir,
+        nproc=dist_state.world(),
     )
     ctx.progress(run.step.key, k + n, total, message="resuming in a new process")
     try:

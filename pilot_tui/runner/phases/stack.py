@@ -135,6 +135,26 @@ def check_nccl() -> dict[str, Any]:
     return {"distributed": dist, "nccl": nccl, "nccl_version": version, "gloo": gloo}
 
 
+def allreduce_size_mb(ctx: RunContext) -> float:
+    """The declared all-reduce size, else 64 MiB on GPUs (nccl-tests' bandwidth plateau) and 8 on CPU."""
+    return ctx.spec.distributed.allreduce_mb or (64.0 if ctx.device.type == "cuda" else 8.0)
+
+
+def check_interconnect(ctx: RunContext, details: dict[str, Any]) -> list[str]:
+    """With more than one rank planned: start the process group for real and all-reduce on it (R22)."""
+    from ..distributed.group import GroupFailure
+    from ..distributed.launcher import backend, measure_interconnect, world_size
+
+    if ctx.spec.distributed.strategy == "none" or world_size(ctx) < 2:
+        return []
+    try:
+        details["interconnect"] = measure_interconnect(ctx, allreduce_size_mb(ctx))
+    except GroupFailure as exc:
+        details["interconnect"] = {"error": exc.reason} | exc.details
+        return [f"the {backend(ctx)} process group of {world_size(ctx)} ranks failed: {exc.reason}"]
+    return []
+
+
 def campaign_precisions(ctx: RunContext) -> dict[str, list[str]]:
     """precision -> the configurations (control and variants) that use it."""
     used: dict[str, list[str]] = {ctx.spec.batch.precision: ["control"]}
@@ -187,6 +207,7 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
     if not any(a["status"] == "usable" for a in attention):
         warns.append("no scaled-dot-product attention backend ran")
     task_probe(ctx, details, failures)
+    failures += check_interconnect(ctx, details)
     details["failures"] = failures
     details["warnings"] = warns
     if failures:
@@ -199,6 +220,12 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
         f"torch {torch.__version__} on {device}; {', '.join(used)} supported; attention: "
         f"{', '.join(usable)}; {n_ext} extension{'s' if n_ext != 1 else ''} imported"
     )
+    if "interconnect" in details:
+        ic = details["interconnect"]
+        reason += (
+            f"; all-reduce {ic['size_mb']:g} MiB on {ic['ranks']} ranks ({ic['backend']}): "
+            f"bus {ic['busbw_gbps']:.3g} GB/s, latency {ic['latency_us']:.0f} µs"
+        )
     return Outcome(PASS, reason, details)
 
 

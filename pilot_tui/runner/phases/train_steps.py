@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 from .. import finiteness
 from ..context import RunContext
@@ -21,14 +24,20 @@ def optimizer_state_mb(state: TrainState) -> float:
     return round(tensor_mb(tensors), 3)
 
 
-def _update(ctx: RunContext, run: PhaseRun, state: TrainState) -> UpdateStats:
-    micro = state.sampler.next_update()
+def _update(
+    ctx: RunContext,
+    run: PhaseRun,
+    state: TrainState,
+    micro: list[list[int]] | None = None,
+    host: list[Any] | None = None,
+) -> UpdateStats:
+    micro = micro if micro is not None else state.sampler.next_update()
     run.current_input = {
         "microbatch": state.config.microbatch,
         "max_length": state.config.max_length,
         "update": state.step + 1,
     }
-    stats = train_update(state, ctx.task, ctx.device, ctx.spec.optim.grad_clip, micro)
+    stats = train_update(state, ctx.task, ctx.device, ctx.spec.optim.grad_clip, micro, host)
     run.current_input["shapes"] = stats.shapes
     return stats
 
@@ -148,6 +157,54 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     return Outcome(details=details)
 
 
+class _Examples(Dataset):
+    """The task's examples by index, for a DataLoader whose batch sampler is the update sampler."""
+
+    def __init__(self, task) -> None:
+        self.task = task
+
+    def __len__(self) -> int:
+        return len(self.task.examples)
+
+    def __getitem__(self, i: int):
+        return self.task.examples[i]
+
+
+def _collate(task, max_length: int, delay_s: float, examples):
+    if delay_s:
+        time.sleep(delay_s)  # test hook: a collate made slow on purpose (override collate_delay_s)
+    return task.collate(examples, max_length)
+
+
+def loader_updates(
+    ctx: RunContext, state: TrainState, n: int, delay_s: float = 0.0
+) -> Iterator[tuple[list[list[int]], list[Any], float]]:
+    """n updates fed by a real torch DataLoader with the campaign's `num_workers` and `pin_memory`:
+    (microbatch indices, host batches, seconds spent waiting in `next(iterator)`).
+
+    The update sampler still decides the order (its position advances exactly as n updates do),
+    so a resume after a steady phase sees the same data either way.
+    """
+    b = ctx.spec.batch
+    updates = [state.sampler.next_update() for _ in range(n)]
+    loader = DataLoader(
+        _Examples(ctx.task),
+        batch_sampler=[m for u in updates for m in u],
+        collate_fn=partial(_collate, ctx.task, state.config.max_length, delay_s),
+        num_workers=b.num_workers,
+        pin_memory=b.pin_memory and ctx.device.type == "cuda",
+    )
+    batches = iter(loader)
+    for micro in updates:
+        t = time.perf_counter()
+        host = [next(batches) for _ in micro]
+        yield micro, host, time.perf_counter() - t
+
+
+# Data wait per update below which a CPU steady row does not warn (see steady()).
+CPU_WAIT_FLOOR_S = 0.005
+
+
 @phase("steady")
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
@@ -168,16 +225,21 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     # Events on the stream time each update on the device without a sync per step.
     events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     cuda = ctx.device.type == "cuda"
+    delay = float(run.overrides.get("collate_delay_s") or 0.0)
+    feed = loader_updates(ctx, state, n, delay)
+    waits: list[float] = []
     synchronize(ctx.device)
     load_before = machine_load()
     t0 = time.perf_counter()
     for i in range(n):
         ctx.check_cancel()
+        micro, host, wait = next(feed)  # the data wait stays out of the per-update step time
+        waits.append(wait)
         if cuda:
             events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
             events[-1][0].record()
         t = time.perf_counter()
-        stats = _update(ctx, run, state)
+        stats = _update(ctx, run, state, micro, host)
         if cuda:
             events[-1][1].record()
         else:
@@ -209,6 +271,10 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         "loss_last": values[-1],
         "losses": values,
         "notes": notes,
+        # Waiting in next(DataLoader iterator) against the whole timed loop (R22).
+        "data_wait_s": sum(waits) / n,
+        "data_wait_share": sum(waits) / total if total > 0 else 0.0,
+        "loader": {"num_workers": ctx.spec.batch.num_workers, "pin_memory": ctx.spec.batch.pin_memory},
     }
     if state.scaler.is_enabled():
         # fp16: a step the scaler skipped (inf/NaN gradients) was timed but moved no weight.
@@ -232,8 +298,18 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     # The trend is judged over every update this phase took, the warm-up one included.
     start = float(warmup.loss)
     details["loss_warmup"] = start
+    warnings = []
     if values[-1] >= start:
-        return Outcome(
-            WARN, f"loss did not fall over {n + 1} updates ({start:.4g} -> {values[-1]:.4g})", details
+        warnings.append(f"loss did not fall over {n + 1} updates ({start:.4g} -> {values[-1]:.4g})")
+    share, limit = details["data_wait_share"], ctx.spec.distributed.data_wait_warn
+    # On CPU a tiny stand-in model's step lasts a millisecond, so any collate is a large share
+    # of it and says nothing about the rented GPU: there only a wait that matters is warned about.
+    if share > limit and (cuda or details["data_wait_s"] >= CPU_WAIT_FLOOR_S):
+        what = "GPU" if cuda else "device"
+        warnings.append(
+            f"the {what} would wait for its data {share:.0%} of the time (over {limit:.0%}: raise "
+            "batch.num_workers or make the collate cheaper)"
         )
+    if warnings:
+        return Outcome(WARN, "; ".join(warnings), details)
     return Outcome(details=details)

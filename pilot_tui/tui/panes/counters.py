@@ -19,6 +19,7 @@ from textual.widgets import Label, Sparkline, Static
 
 from ..cpu import CpuSample
 from ..nvml import GpuSample, NvmlSnapshot, campaign_gpus, match_runner
+from ..ranks import rank_table
 from ..state import bar, fmt_mb, fmt_value
 
 # The runner's counters, in the order shown; allocated and reserved side by side, never summed.
@@ -156,6 +157,9 @@ class CountersPane(VerticalScroll):
         yield Label("Runner process", classes="section")
         yield Static("no counters yet: they arrive while a phase runs", id="runner")
         yield Static("", id="cpu")
+        # Hidden until a phase runs on several ranks: a one-process campaign's pane is unchanged.
+        yield Label("Ranks", id="ranks-label", classes="section").set_styles("display: none;")
+        yield Static("", id="ranks").set_styles("display: none;")
         yield Label("History", id="history-label", classes="section")
         yield Sparkline([], id="history")
 
@@ -213,6 +217,15 @@ class CountersPane(VerticalScroll):
             self._set(
                 "#cpu", cpu_table(sample), (sample.pid is None, sample.system_total_mb is None), always=True
             )
+
+    def show_ranks(self, step: str, ranks: Sequence[dict[str, Any]]) -> None:
+        """The last phase that ran on several ranks: one line per rank (R22)."""
+        if not ranks:
+            return
+        label, table = self.query_one("#ranks-label", Label), self.query_one("#ranks", Static)
+        label.update(Text(f"Ranks ({len(ranks)}), last phase on several: {step}"))
+        table.update(rank_table(ranks))
+        label.display = table.display = True
 
     def show_saved(self, environment: dict[str, Any], peaks: list[float]) -> None:
         """A saved record has no live samples: its devices, and each phase's peak as history."""

@@ -11,6 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
+from ..ranks import rank_table
 from ..state import (
     FAIL,
     MARKS,
@@ -108,6 +109,8 @@ def detail(gate: GateState, notes: list[str] | None = None) -> Table:
         grid.add_row(Text(title, style="bold underline"), "")
         for key, value in section.items():
             grid.add_row(Text(f"  {key}"), Text(fmt_value(value)))
+        if title == "memory":
+            add_ranks(grid, row)
     if not row and not params:
         grid.add_row("", Text("not run yet", style="dim"))
     return grid
@@ -131,6 +134,15 @@ def summary(gate: GateState, notes: list[str] | None = None, width: int = 0) -> 
     if width > 0:
         text.truncate(width, overflow="ellipsis")  # cut with "…", never silently
     return text
+
+
+def add_ranks(grid: Table, row: dict) -> None:
+    """A phase run on several ranks: one line per rank under the worst rank's memory (R22)."""
+    ranks = row.get("ranks")
+    if ranks:
+        grid.add_row("", "")
+        grid.add_row(Text(f"ranks ({len(ranks)})", style="bold underline"), "")
+        grid.add_row("", rank_table(ranks))
 
 
 class GatesPane(Vertical):

@@ -1,0 +1,127 @@
+"""1 rank against 2 ranks under torchrun on CPU (gloo): what the pilot measures for a multi-GPU run.
+
+    python benchmarks/scaling.py [--updates 200] [--steady 20]
+
+Prints, side by side and measured in this run:
+- the per-update time of the same global batch on 1 process and on 2 DDP ranks;
+- the all-reduce of the stack phase (bus bandwidth by the nccl-tests definition, latency);
+- the plan's predicted time for a `--updates` run on 2 ranks (from the 2-rank pilot rows) against
+  an actual `--updates` run on 2 ranks: predicted / actual (within ±10 % on a quiet machine);
+- the data-wait share of the steady phase with a collate made slow on purpose.
+
+A ratio, not a target: on a shared machine the two processes compete for the same cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pilot_tui.events import PhaseFinished  # noqa: E402
+from pilot_tui.plan import estimate, newest_rows, spec_of  # noqa: E402
+from pilot_tui.session import Session  # noqa: E402
+
+SKIP = ["inspect", "split", "overfit", "lr_run", "resume", "final", "save", "export", "eval_longest"]
+
+
+def campaign(folder: Path, world: int, steady: int, updates: int) -> Path:
+    raw = tomllib.loads((REPO / "campaigns" / "demo.toml").read_text())
+    raw.pop("variants", None)
+    raw.pop("lr_board", None)
+    raw["task"]["options"] = {"n_conversations": 240, "seed": 0}
+    raw["phases"] = {"steady_updates": steady, "skip": SKIP}
+    raw["batch"] |= {"microbatch": 2, "accumulation": 4 // world}
+    raw["batch"].pop("replicas", None)
+    effective = 8
+    raw["plan"] |= {
+        "dataset_size": updates * effective,
+        "epochs": 1,
+        "safety_margin": 0.0,
+        "priority": ["control"],
+    }
+    raw["plan"] |= {"evaluations": 1, "checkpoints": 1}
+    if world > 1:
+        raw["distributed"] = {"strategy": "ddp", "nproc_per_node": world, "timeout_s": 120, "allreduce_mb": 8}
+    path = folder / f"campaign-{world}.toml"
+    path.write_text(tomli_w.dumps(raw))
+    return path
+
+
+def run(session: Session, key: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    # Drained to the end: the runner's Idle must be read before the next step is sent.
+    rows = [ev.row for ev in session.run_step(key, overrides) if isinstance(ev, PhaseFinished)]
+    if not rows:
+        raise RuntimeError(f"{key}: no row")
+    return rows[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--updates", type=int, default=200)
+    ap.add_argument("--steady", type=int, default=20)
+    args = ap.parse_args()
+    out: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for world in (1, 2):
+            session = Session(campaign(folder, world, args.steady, args.updates), folder / f"records-{world}")
+            session.start()
+            rows = {s.key: run(session, s.key) for s in session.steps}
+            out[world] = {"rows": rows}
+            if world == 2:
+                data = tomllib.loads(session.record.path.read_text())
+                # The plan's own estimate for the control, from the 2-rank rows of this record.
+                entry = {"id": "control"} | rows["steady"]["params"]
+                est = estimate(entry, newest_rows(data), spec_of(data), data)
+                # The actual run: the same group, `updates - 1` more updates after the first one.
+                t0 = time.perf_counter()
+                long = run(session, "steady", {"steady_updates": args.updates - 1})
+                wall = time.perf_counter() - t0
+                actual = rows["load"]["duration_s"] + rows["first_step"]["duration_s"]
+                actual += long["details"]["step_time_s"] * (args.updates - 1)
+                out[world] |= {"estimate": est, "actual_s": actual, "long_wall_s": wall, "long": long}
+                slow = run(session, "steady", {"collate_delay_s": 0.02})
+                out[world]["slow"] = slow
+            session.close()
+    one, two = out[1]["rows"]["steady"]["details"], out[2]["rows"]["steady"]["details"]
+    print(
+        f"per-update time, global batch 8:  1 process {one['step_time_s'] * 1e3:.1f} ms · 2 ranks (ddp, gloo) "
+        f"{two['step_time_s'] * 1e3:.1f} ms · ratio 2/1 = {two['step_time_s'] / one['step_time_s']:.2f}"
+    )
+    per_rank = [
+        f"rank {r['rank']} {r['step_time_s'] * 1e3:.1f} ms" for r in out[2]["rows"]["steady"]["ranks"]
+    ]
+    print(f"  per rank: {', '.join(per_rank)}")
+    ic = out[2]["rows"]["stack"]["details"]["interconnect"]
+    print(
+        f"all-reduce {ic['size_mb']:g} MiB on {ic['ranks']} ranks ({ic['backend']}): {ic['time_s'] * 1e3:.2f} ms, "
+        f"algbw {ic['algbw_gbps']:.3f} GB/s, busbw {ic['busbw_gbps']:.3f} GB/s, latency {ic['latency_us']:.0f} µs "
+        f"(group start {ic['group_start_s']:.1f} s)"
+    )
+    est = out[2]["estimate"]
+    predicted = est.get("train_s", float("nan"))
+    print(
+        f"{args.updates}-update run on 2 ranks: plan predicted {predicted:.2f} s (train: load + first + "
+        f"{args.updates - 1} × {est.get('step_time_s', 0) * 1e3:.1f} ms) · actual {out[2]['actual_s']:.2f} s · "
+        f"predicted/actual = {predicted / out[2]['actual_s']:.3f}"
+    )
+    slow = out[2]["slow"]
+    print(
+        f"data wait with a collate slowed by 20 ms per microbatch: {slow['details']['data_wait_share']:.0%} of the "
+        f"update (normal collate: {two['data_wait_share']:.1%}); row verdict {slow['verdict']}: {slow['reason']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

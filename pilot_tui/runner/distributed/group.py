@@ -1,0 +1,370 @@
+"""The runner's side of a torchrun process group: launch, command, watch, tear down (R22).
+
+The runner hosts a TCPStore; torchrun (`python -m torch.distributed.run`) starts the ranks
+(`distributed/rank.py`), which connect to it and serve commands until told to stop. The group
+lives across phases (the training state stays on the ranks, as in a real run) and is torn down
+after any failure: a rank that raised, died or stopped making progress leaves the others in an
+unknown place in their collectives, so the next step starts a fresh group.
+
+Every wait here is bounded: a dead rank is seen through its pid and torchrun's exit, a hung one
+through its heartbeat, and the runner gives up after `timeout_s` without any progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+import torch.distributed as dist
+
+POLL_S = 0.05
+START_GRACE_S = 180.0  # interpreter + torch import on every rank, on a loaded machine
+FAILED_GRACE_S = 3.0  # once one rank failed, how long the others get to report before teardown
+
+
+class GroupFailure(Exception):
+    """The group could not finish a command; `reason` names the rank and the cause."""
+
+    def __init__(self, reason: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.details = details or {}
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def root_cause(log: str) -> tuple[int, str] | None:
+    """torchrun's 'Root Cause' block: (rank, cause) of the first failed worker, if it printed one."""
+    block = log.rsplit("Root Cause", 1)
+    if len(block) < 2:
+        return None
+    text = block[1]
+    rank = re.search(r"rank\s*:\s*(\d+)", text)
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", text)
+    if not rank or not code:
+        return None
+    exit_code = int(code.group(1))
+    cause = f"killed by {_signal_name(exit_code)}" if exit_code < 0 else f"exited with code {exit_code}"
+    return int(rank.group(1)), cause
+
+
+def last_error_line(log: str, rank: int) -> str:
+    """The rank's own last `pilot-tui rank:` line, or torchrun's prefixed traceback line."""
+    for line in reversed(log.splitlines()):
+        if "pilot-tui rank:" in line and (f"[rank{rank}]" in line or "[rank" not in line):
+            return line.split("pilot-tui rank:", 1)[1].strip()
+    return ""
+
+
+@dataclass
+class RankGroup:
+    """A running torchrun group of `world` ranks serving one campaign."""
+
+    world: int
+    backend: str
+    timeout_s: float
+    spec_sha256: str
+    log_path: Path
+    proc: subprocess.Popen[bytes]
+    store: dist.TCPStore
+    pids: dict[int, int] = field(default_factory=dict)
+    seq: int = 0
+
+    # ---------------------------------------------------------------- launch
+
+    @classmethod
+    def launch(
+        cls,
+        spec_path: Path,
+        spec_sha256: str,
+        work_dir: Path,
+        world: int,
+        backend: str,
+        timeout_s: float,
+        threads: int,
+        check: Callable[[], None] = lambda: None,
+    ) -> RankGroup:
+        """Start torchrun and wait until every rank has joined the process group."""
+        store = dist.TCPStore(
+            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=dt.timedelta(days=7)
+        )
+        work_dir.mkdir(parents=True, exist_ok=True)
+        log_path = _unused_log(work_dir)
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(world),
+            "--max-restarts",
+            "0",
+            "--monitor-interval",
+            "0.2",
+            "-m",
+            "pilot_tui.runner.distributed.rank",
+            "--spec",
+            str(spec_path),
+            "--spec-sha256",
+            spec_sha256,
+            "--threads",
+            str(threads),
+            "--work-dir",
+            str(work_dir),
+            "--store-port",
+            str(store.port),
+            "--backend",
+            backend,
+            "--timeout-s",
+            str(timeout_s),
+        ]
+        from ..determinism import apply_spawn_env
+
+        # The ranks get the runner's reproducibility settings (cuBLAS workspace) as workers do.
+        env = dict(apply_spawn_env(dict(os.environ)), PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
+        with open(log_path, "wb") as log:
+            # Its own session: the whole tree (agent and ranks) can be ended by one killpg.
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_runner,
+            )
+        group = cls(world, backend, timeout_s, spec_sha256, log_path, proc, store)
+        try:
+            group._wait_ready(check)
+        except BaseException:
+            group.close()
+            raise
+        return group
+
+    def _wait_ready(self, check: Callable[[], None]) -> None:
+        limit = START_GRACE_S + self.timeout_s
+        deadline = time.monotonic() + limit
+        waiting = set(range(self.world))
+        while waiting:
+            check()
+            for r in sorted(waiting):
+                if self.store.check([f"ready/{r}"]):
+                    info = json.loads(self.store.get(f"ready/{r}"))
+                    if "error" in info:
+                        raise GroupFailure(f"rank {r} could not start: {info['error']}", self._log_tail())
+                    self.pids[r] = int(info["pid"])
+                    waiting.discard(r)
+            if self.proc.poll() is not None:
+                raise GroupFailure(self._exit_reason("while starting"), self._log_tail())
+            if time.monotonic() > deadline:
+                names = ", ".join(str(r) for r in sorted(waiting))
+                raise GroupFailure(
+                    f"rank(s) {names} did not join the process group within {limit:.0f} s",
+                    self._log_tail(),
+                )
+            time.sleep(POLL_S)
+
+    # ---------------------------------------------------------------- commands
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(
+        self,
+        command: dict[str, Any],
+        on_progress: Callable[[str], None] = lambda _json: None,
+        check: Callable[[], None] = lambda: None,
+    ) -> dict[int, dict[str, Any]]:
+        """Post one command, wait for every rank's result; raise GroupFailure naming the rank."""
+        seq = self.seq
+        self.seq += 1
+        for r in range(self.world):
+            self.store.set(f"beat/{r}", json.dumps({"t": time.time(), "note": "command posted"}))
+        self.store.delete_key("progress")  # the last command's progress is not this one's
+        self.store.set(f"cmd/{seq}", json.dumps(command))
+        results: dict[int, dict[str, Any]] = {}
+        beats: dict[int, float] = dict.fromkeys(range(self.world), time.time())
+        last_progress = b""
+        first_failure_at: float | None = None
+        while len(results) < self.world:
+            check()  # raises Cancelled; the caller tears the group down
+            now = time.time()
+            for r in range(self.world):
+                if r in results:
+                    continue
+                if self.store.check([f"result/{seq}/{r}"]):
+                    results[r] = _restore(json.loads(self.store.get(f"result/{seq}/{r}")))
+                    if _failed(results[r]) and first_failure_at is None:
+                        first_failure_at = now
+                    continue
+                beats[r] = json.loads(self.store.get(f"beat/{r}"))["t"]
+            if self.store.check(["progress"]):
+                raw = self.store.get("progress")
+                if raw != last_progress:
+                    last_progress = raw
+                    on_progress(raw.decode())
+            dead = self._dead_ranks()
+            if dead or self.proc.poll() is not None:
+                reason, causes = self._death_reason(dead)
+                raise GroupFailure(reason, self._failure_details(results, causes))
+            silent = [r for r in range(self.world) if r not in results]
+            if first_failure_at is not None and now - first_failure_at > min(self.timeout_s, FAILED_GRACE_S):
+                reason, causes = self._raised_reason(results, silent, beats, now)
+                raise GroupFailure(reason, self._failure_details(results, causes))
+            # Every rank silent: twice the collective timeout, so that a rank stuck in a collective
+            # first reports its own timeout and the silent one is named as the cause.
+            if silent and all(now - beats[r] > 2 * self.timeout_s for r in silent):
+                oldest = min(beats[r] for r in silent)
+                hung = [r for r in silent if beats[r] - oldest < 1.0]
+                causes = {r: f"no progress for {now - beats[r]:.0f} s" for r in hung}
+                reason = "; ".join(f"rank {r}: {c}" for r, c in causes.items())
+                raise GroupFailure(
+                    f"{reason} (timeout_s = {self.timeout_s:g})", self._failure_details(results, causes)
+                )
+            time.sleep(POLL_S)
+        return results
+
+    def _dead_ranks(self) -> dict[int, str]:
+        dead = {}
+        for r, pid in self.pids.items():
+            try:
+                status = psutil.Process(pid).status()
+            except psutil.NoSuchProcess:
+                dead[r] = "its process is gone"
+                continue
+            if status == psutil.STATUS_ZOMBIE:
+                dead[r] = "its process died"
+        return dead
+
+    def _death_reason(self, dead: dict[int, str]) -> tuple[str, dict[int, str]]:
+        # torchrun prints which worker failed first and how; give it a moment to say so.
+        deadline = time.monotonic() + 5.0
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        cause = root_cause(self._log())
+        if cause is not None:
+            rank, how = cause
+            line = last_error_line(self._log(), rank)
+            how += f": {line}" if line else ""
+            return f"rank {rank} {how}", {rank: how}
+        if dead:
+            r = min(dead)
+            return f"rank {r} died: {dead[r]}", {r: f"died: {dead[r]}"}
+        return self._exit_reason("during the phase"), {}
+
+    def _raised_reason(
+        self, results: dict[int, dict[str, Any]], silent: list[int], beats: dict[int, float], now: float
+    ) -> tuple[str, dict[int, str]]:
+        failed = [r for r in sorted(results) if _failed(results[r])]
+        parts = [f"rank {r}: {_failure_line(results[r])}" for r in failed]
+        # A rank that timed out in a collective is the victim of another rank, not the cause.
+        culprits = [r for r in failed if not _collective_timeout(results[r])]
+        causes = {r: _failure_line(results[r]) for r in failed}
+        if not culprits and silent:
+            causes |= {r: f"no progress for {now - beats[r]:.0f} s" for r in silent}
+            parts = [f"rank {r}: {causes[r]}" for r in silent] + parts
+        elif silent:
+            first = ", ".join(map(str, culprits))
+            causes |= {r: f"stopped after rank {first} failed" for r in silent}
+            parts.append(f"rank(s) {', '.join(map(str, silent))} stopped after the failure")
+        return "; ".join(parts), causes
+
+    def _exit_reason(self, when: str) -> str:
+        code = self.proc.poll()
+        line = last_error_line(self._log(), 0)
+        return f"torchrun exited {when} with code {code}" + (f": {line}" if line else "")
+
+    def _failure_details(self, results: dict[int, dict[str, Any]], causes: dict[int, str]) -> dict[str, Any]:
+        return {"rank_results": results, "rank_causes": causes} | self._log_tail()
+
+    def _log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _log_tail(self) -> dict[str, Any]:
+        lines = [ln for ln in self._log().splitlines() if ln.strip()]
+        return {"torchrun_log": str(self.log_path), "torchrun_tail": lines[-12:]}
+
+    # ---------------------------------------------------------------- teardown
+
+    def close(self, graceful: bool = True) -> None:
+        """Stop the ranks; whatever does not stop within a few seconds is killed."""
+        if graceful and self.proc.poll() is None:
+            try:
+                self.store.set(f"cmd/{self.seq}", json.dumps({"op": "stop"}))
+                self.proc.wait(timeout=10)
+            except Exception:
+                pass
+        for pid in self.pids.values():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None
+
+
+def _die_with_runner() -> None:
+    # In the child before exec (no import there: the runner has threads): if the runner is
+    # killed, the kernel ends torchrun too, and the ranks die with torchrun. No orphans.
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _unused_log(work_dir: Path) -> Path:
+    i = 1
+    while (work_dir / f"torchrun-{i}.log").exists():
+        i += 1
+    return work_dir / f"torchrun-{i}.log"
+
+
+def _restore(value: Any) -> Any:
+    from ...events import _restore as restore
+
+    return restore(value)
+
+
+def _failed(result: dict[str, Any]) -> bool:
+    return "error" in result or result.get("row", {}).get("verdict") == "fail"
+
+
+def _failure_line(result: dict[str, Any]) -> str:
+    if "error" in result:
+        return str(result["error"]).splitlines()[0]
+    return str(result["row"].get("reason", "")).splitlines()[0] if result["row"].get("reason") else "failed"
+
+
+def _collective_timeout(result: dict[str, Any]) -> bool:
+    text = _failure_line(result).lower()
+    return "timed out" in text or "timeout" in text or "connection closed by peer" in text or "gloo" in text
+
+
+def default_backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"

@@ -1,0 +1,247 @@
+"""Which steps run on the ranks, and how the ranks' rows become the phase's one row (R22).
+
+The view side and the record are unchanged in kind: one row per phase. The row is rank 0's row
+with the verdict and reason of the worst rank, the memory of the rank with the highest peak,
+the slowest rank's duration and step time, and `ranks`: one entry per rank with its own peaks,
+duration, step time and data-wait share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from typing import Any
+
+import torch
+
+from ...events import PhaseFinished, PhaseStarted, decode
+from ...spec import LoadedSpec
+from ...steps import Step
+from ..context import Cancelled, RunContext
+from .group import GroupFailure, RankGroup, default_backend
+
+# The engine phases, the variant phases (same names), resume and final run on the ranks; the
+# data checks, the fit search and the LR board stay in the runner's single process.
+RANK_PHASES = ("load", "first_step", "steady", "eval_longest", "save", "export", "resume", "final")
+GROUP = "rank_group"  # ctx.memo key
+ORDER = {"pass": 0, "warn": 1, "fail": 2}
+
+
+def resolve_world(loaded: LoadedSpec, device: torch.device) -> LoadedSpec:
+    """nproc_per_node unset and nothing declared on cuda: every visible GPU (batch.replicas too)."""
+    spec = loaded.spec
+    d = spec.distributed
+    if d.strategy == "none" or d.nproc_per_node or device.type != "cuda":
+        return loaded
+    n = max(1, torch.cuda.device_count())
+    spec = dataclasses.replace(
+        spec,
+        batch=dataclasses.replace(spec.batch, replicas=n),
+        distributed=dataclasses.replace(d, nproc_per_node=n),
+    )
+    return dataclasses.replace(loaded, spec=spec)
+
+
+def world_size(ctx: RunContext) -> int:
+    return max(1, ctx.spec.distributed.nproc_per_node or ctx.spec.batch.replicas)
+
+
+def backend(ctx: RunContext) -> str:
+    return ctx.spec.distributed.backend or default_backend(ctx.device)
+
+
+def runs_on_ranks(ctx: RunContext, step: Step) -> bool:
+    return ctx.spec.distributed.strategy != "none" and step.phase in RANK_PHASES
+
+
+def group_for(ctx: RunContext) -> RankGroup:
+    """The campaign's running group, started (or restarted after a failure) when needed."""
+    group: RankGroup | None = ctx.memo.get(GROUP)
+    if group is not None and group.alive() and group.spec_sha256 == ctx.loaded.sha256:
+        return group
+    close_group(ctx)
+    world = world_size(ctx)
+    threads = max(1, torch.get_num_threads() // world) if ctx.device.type == "cpu" else 1
+    group = RankGroup.launch(
+        ctx.loaded.path,
+        ctx.loaded.sha256,
+        ctx.work_dir,
+        world,
+        backend(ctx),
+        ctx.spec.distributed.timeout_s,
+        threads,
+        check=ctx.check_cancel,
+    )
+    ctx.memo[GROUP] = group
+    return group
+
+
+def close_group(ctx: RunContext, graceful: bool = True) -> None:
+    group: RankGroup | None = ctx.memo.pop(GROUP, None)
+    if group is not None:
+        group.close(graceful=graceful)
+
+
+def measure_interconnect(ctx: RunContext, size_mb: float, iters: int = 5) -> dict[str, Any]:
+    """Start the group for real and all-reduce `size_mb` MiB on it (the stack phase's figure)."""
+    t0 = time.perf_counter()
+    group = group_for(ctx)
+    started = time.perf_counter() - t0
+    results = group.run({"op": "allreduce", "mb": size_mb, "iters": iters}, check=ctx.check_cancel)
+    per_rank = [results[r]["allreduce"] for r in sorted(results)]
+    # Every rank times the same collective; the slowest view of it is the honest one.
+    slowest = max(per_rank, key=lambda m: m["time_s"])
+    return slowest | {"group_start_s": round(started, 3), "per_rank_time_s": [m["time_s"] for m in per_rank]}
+
+
+def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Run one step on every rank and return the merged row; nothing that happens escapes."""
+    world = world_size(ctx)
+    # The same params the single-process execute shows (ctx.config reads only the keys it knows).
+    cfg = ctx.config(step.variant, overrides, as_ranks=True)
+    params = cfg.params() | {"device": str(ctx.device), "world_size": world, "backend": backend(ctx)}
+    ctx.cancel.clear()
+    ctx.emit(PhaseStarted(step=step.key, phase=step.phase, variant=step.variant, params=params))
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+    t0 = time.perf_counter()
+    command = {
+        "op": "step",
+        "step": step.key,
+        "phase": step.phase,
+        "variant": step.variant,
+        "overrides": overrides,
+    }
+    carried: list[str] = []
+    try:
+        group = group_for(ctx)
+        results = group.run(command, on_progress=lambda raw: ctx.emit(decode(raw)), check=ctx.check_cancel)
+        carried = list(results[0].get("carried", []))
+        row = merge_rows(step, results, params, started)
+    except Cancelled:
+        close_group(ctx, graceful=False)
+        row = failed_row(step, params, started, "cancelled by the user", {}, {})
+    except GroupFailure as exc:
+        close_group(ctx, graceful=False)
+        partial = exc.details.pop("rank_results", {})
+        causes = exc.details.pop("rank_causes", {})
+        row = failed_row(step, params, started, exc.reason, exc.details, partial, causes)
+    except Exception as exc:  # the runner's own side failed (a store error): still one row
+        close_group(ctx, graceful=False)
+        row = failed_row(step, params, started, f"{type(exc).__name__}: {exc}", {}, {})
+    if row["verdict"] == "fail":
+        # A failed phase may leave ranks at different points of their collectives: start afresh.
+        close_group(ctx, graceful=False)
+    row["duration_s"] = round(max(row.get("duration_s", 0.0), 0.0) or time.perf_counter() - t0, 4)
+    row["details"]["wall_s"] = round(time.perf_counter() - t0, 4)
+    for raw in carried:
+        ctx.emit(decode(raw))
+    ctx.rows.append(row)
+    ctx.emit(PhaseFinished(step=step.key, row=row))
+    return row
+
+
+def _peak(memory: dict[str, Any]) -> float:
+    return float(memory.get("peak_reserved_mb", memory.get("peak_rss_mb", 0.0)) or 0.0)
+
+
+def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
+    """One rank's figures in the merged row (what the Gates detail and Counters draw per rank)."""
+    memory, details = row.get("memory", {}), row.get("details", {})
+    entry: dict[str, Any] = {
+        "rank": rank,
+        "verdict": row.get("verdict", ""),
+        "duration_s": row.get("duration_s", 0.0),
+    }
+    if row.get("verdict") != "pass":
+        entry["reason"] = str(row.get("reason", ""))
+    for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb", "nvml_used_mb"):
+        if key in memory:
+            entry[key] = memory[key]
+    for key, name in (
+        ("step_time_s", "step_time_s"),
+        ("data_wait_share", "data_wait_share"),
+        ("rank_state_mb", "state_mb"),
+    ):
+        if key in details:
+            entry[name] = details[key]
+    return entry
+
+
+def merge_rows(
+    step: Step, results: dict[int, dict[str, Any]], params: dict[str, Any], started: str
+) -> dict[str, Any]:
+    """The phase's one row from every rank's row (see the module docstring)."""
+    rows: dict[int, dict[str, Any]] = {}
+    for r, res in results.items():
+        if "row" in res:
+            rows[r] = res["row"]
+        else:  # the rank's own loop failed outside the phase registry
+            rows[r] = {"verdict": "fail", "reason": res.get("error", "no row"), "memory": {}, "details": {}}
+    worst = max(sorted(rows), key=lambda r: ORDER.get(rows[r].get("verdict", "fail"), 2))
+    peak_rank = max(sorted(rows), key=lambda r: _peak(rows[r].get("memory", {})))
+    base = rows.get(0, rows[worst])
+    details = dict(base.get("details", {}))
+    verdict = rows[worst].get("verdict", "fail")
+    reason = base.get("reason", "")
+    if verdict != base.get("verdict") or (verdict == "fail" and len(rows) > 1):
+        reason = f"rank {worst}: {rows[worst].get('reason', '')}"
+    for key in ("step_time_s", "step_time_p50_s", "step_time_p90_s", "data_wait_share"):
+        per = [rows[r]["details"][key] for r in rows if key in rows[r].get("details", {})]
+        if per:
+            # The ranks step together: the slowest one sets the pace the plan must use.
+            details[key] = max(per)
+    for key in ("examples_per_s", "tokens_per_s"):
+        per = [rows[r]["details"].get(key) for r in rows if key in rows[r].get("details", {})]
+        if per:
+            details[key] = sum(per)
+    details["world_size"] = len(rows)
+    details["peak_rank"] = peak_rank
+    return {
+        "name": step.phase,
+        "step": step.key,
+        "variant": step.variant,
+        "verdict": verdict,
+        "reason": reason,
+        "started": started,
+        "duration_s": max(float(rows[r].get("duration_s", 0.0)) for r in rows),
+        "params": params | base.get("params", {}) | {"world_size": len(rows)},
+        "memory": dict(rows[peak_rank].get("memory", {})),
+        "details": details,
+        "ranks": [rank_entry(r, rows[r]) for r in sorted(rows)],
+    }
+
+
+def failed_row(
+    step: Step,
+    params: dict[str, Any],
+    started: str,
+    reason: str,
+    details: dict[str, Any],
+    partial: dict[int, dict[str, Any]],
+    causes: dict[int, str] | None = None,
+) -> dict[str, Any]:
+    """The row of a phase the group could not finish: the failure, named, and what ranks said."""
+    ranks = []
+    for r in range(int(params.get("world_size", 1))):
+        res = partial.get(r)
+        cause = (causes or {}).get(r, "")
+        if res and "row" in res:
+            ranks.append(rank_entry(r, res["row"]) | ({"reason": cause} if cause else {}))
+        elif res:
+            ranks.append({"rank": r, "verdict": "fail", "reason": cause or str(res.get("error", ""))})
+        else:
+            ranks.append({"rank": r, "verdict": "fail", "reason": cause or "no result"})
+    return {
+        "name": step.phase,
+        "step": step.key,
+        "variant": step.variant,
+        "verdict": "fail",
+        "reason": f"{reason} in {step.phase}",
+        "started": started,
+        "duration_s": 0.0,
+        "params": params,
+        "memory": {},
+        "details": details,
+        "ranks": ranks,
+    }
