@@ -87,7 +87,9 @@ async def test_board_decision_plan_caveats_and_notes_at_80x24(replay_app) -> Non
 
 
 async def test_q_and_ctrl_q_both_ask_while_a_phase_runs(tmp_path: Path) -> None:
-    source = replay_session(CAMPAIGN, RECORDING, records_dir=tmp_path, delay_s=0.005)
+    source = replay_session(
+        CAMPAIGN, RECORDING, records_dir=tmp_path, delay_s=0.05
+    )  # the run must outlast two questions
     app = PilotApp(source=source, nvml=NvmlProbe(NoDriverNvml()))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.runner.ready, "the session to start")
