@@ -32,6 +32,8 @@ class PhaseInfo:
     - `fail_fast`: a failure stops the campaign's later steps (headless and the dashboard's
       "run all" alike), unless the user asks to keep going.
     - `pane`: the dashboard pane that shows this phase's details beyond the Gates table.
+    - `on_ranks`: under `[distributed]` (ddp/fsdp), it runs on every rank under torchrun; the
+      others run in the runner's one process with the ranks folded into the accumulation.
     """
 
     name: str
@@ -43,6 +45,7 @@ class PhaseInfo:
     plan_blocker: bool = False
     fail_fast: bool = False
     pane: str = "gates"
+    on_ranks: bool = False
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS or self.group == "variants":
@@ -74,7 +77,14 @@ _TABLE: list[PhaseInfo] = [
     ),
     PhaseInfo("split", "data", "no group and no identical example in two splits", "docs/checks.md"),
     PhaseInfo("overfit", "data", "a tiny subset is learnt and argmax recovers its labels", "docs/checks.md"),
-    PhaseInfo("load", "engine", "build the model and load the weights", "docs/engine.md", control_gate=True),
+    PhaseInfo(
+        "load",
+        "engine",
+        "build the model and load the weights",
+        "docs/engine.md",
+        control_gate=True,
+        on_ranks=True,
+    ),
     PhaseInfo(
         "first_step",
         "engine",
@@ -82,6 +92,7 @@ _TABLE: list[PhaseInfo] = [
         "docs/engine.md",
         per_variant=True,
         control_gate=True,
+        on_ranks=True,
     ),
     PhaseInfo(
         "steady",
@@ -90,6 +101,7 @@ _TABLE: list[PhaseInfo] = [
         "docs/engine.md",
         per_variant=True,
         control_gate=True,
+        on_ranks=True,
     ),
     PhaseInfo(
         "eval_longest",
@@ -98,9 +110,19 @@ _TABLE: list[PhaseInfo] = [
         "docs/engine.md",
         per_variant=True,
         control_gate=True,
+        on_ranks=True,
     ),
-    PhaseInfo("save", "engine", "a full training checkpoint", "docs/engine.md", plan_blocker=True),
-    PhaseInfo("export", "engine", "the artifact meant for evaluation", "docs/engine.md", plan_blocker=True),
+    PhaseInfo(
+        "save", "engine", "a full training checkpoint", "docs/engine.md", plan_blocker=True, on_ranks=True
+    ),
+    PhaseInfo(
+        "export",
+        "engine",
+        "the artifact meant for evaluation",
+        "docs/engine.md",
+        plan_blocker=True,
+        on_ranks=True,
+    ),
     PhaseInfo(
         "fit_search", "search", "the largest microbatch (and max length) that fits", "docs/variants.md"
     ),
@@ -117,6 +139,7 @@ _TABLE: list[PhaseInfo] = [
         "resume in a new process against an uninterrupted run",
         "docs/resume.md",
         plan_blocker=True,
+        on_ranks=True,
     ),
     PhaseInfo(
         "final",
@@ -124,6 +147,7 @@ _TABLE: list[PhaseInfo] = [
         "reload the export and replay the control inputs",
         "docs/resume.md",
         plan_blocker=True,
+        on_ranks=True,
     ),
 ]
 
@@ -175,6 +199,11 @@ def control_gates() -> tuple[str, ...]:
 def gates_for(config: str) -> tuple[str, ...]:
     """The memory gates of a configuration: the control's, or a variant's."""
     return control_gates() if config == "control" else per_variant()
+
+
+def on_ranks() -> tuple[str, ...]:
+    """The phases that run on every rank of a ddp/fsdp campaign (the others in one process)."""
+    return tuple(p.name for p in _TABLE if p.on_ranks)
 
 
 def plan_blockers() -> tuple[str, ...]:

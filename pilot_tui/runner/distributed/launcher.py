@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ... import phase_table
 from ...events import PhaseFinished, PhaseStarted, decode
 from ...spec import LoadedSpec
 from ...steps import Step
@@ -23,7 +24,6 @@ from .group import GroupFailure, RankGroup, default_backend
 
 # The engine phases, the variant phases (same names), resume and final run on the ranks; the
 # data checks, the fit search and the LR board stay in the runner's single process.
-RANK_PHASES = ("load", "first_step", "steady", "eval_longest", "save", "export", "resume", "final")
 GROUP = "rank_group"  # ctx.memo key
 ORDER = {"pass": 0, "warn": 1, "fail": 2}
 
@@ -52,7 +52,7 @@ def backend(ctx: RunContext) -> str:
 
 
 def runs_on_ranks(ctx: RunContext, step: Step) -> bool:
-    return ctx.spec.distributed.strategy != "none" and step.phase in RANK_PHASES
+    return ctx.spec.distributed.strategy != "none" and step.phase in phase_table.on_ranks()
 
 
 def group_for(ctx: RunContext) -> RankGroup:
