@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import re
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,9 @@ from .splits import SPLITS, period_key
 Example = Mapping[str, Any]
 
 
+_NUMBERS = frozenset((int, float))
+
+
 def normalise(value: Any) -> Any:
     """Case and spacing do not make two examples different; nor does the order of a mapping's keys."""
     if isinstance(value, str):
@@ -26,9 +30,9 @@ def normalise(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): normalise(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, list | tuple):
-        if all(type(v) is float or type(v) is int for v in value):
-            # Feature vectors: the common case, without a call per number.
-            return [int(v) if type(v) is float and v.is_integer() else v for v in value]
+        if set(map(type, value)) <= _NUMBERS:
+            # Feature vectors, the common case, at C speed: 1 and 1.0 read the same as floats.
+            return list(map(float, value))
         return [normalise(v) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -47,12 +51,20 @@ def _flat(value: Any) -> Any:
 
 def input_hash(example: Example, exclude: Iterable[str]) -> str:
     """SHA-256 of the normalised example without its identity fields (id, group keys, split)."""
-    skip = set(exclude)
-    content = {
-        str(k): _flat(v) for k, v in sorted(example.items(), key=lambda kv: str(kv[0])) if k not in skip
-    }
-    # Keys sorted and values normalised: repr is canonical (and several times faster than json).
-    return hashlib.sha256(repr(content).encode()).hexdigest()
+    skip = exclude if isinstance(exclude, frozenset) else frozenset(exclude)
+    digest = hashlib.sha256()
+    for k in sorted(example, key=str):
+        if k in skip:
+            continue
+        value = example[k]
+        digest.update(repr(str(k)).encode())
+        if type(value) in (list, tuple) and set(map(type, value)) <= _NUMBERS:
+            # A feature vector as doubles: 1 and 1.0 hash the same, with no repr per number.
+            digest.update(b"#" + array("d", value).tobytes())
+        else:
+            # Values normalised: repr is canonical (and several times faster than json).
+            digest.update(b"=" + repr(_flat(value)).encode())
+    return digest.hexdigest()
 
 
 def _example_id(examples: Sequence[Example], i: int) -> str:
@@ -343,8 +355,9 @@ def check_splits(
 
     by_hash: dict[str, list[int]] = collections.defaultdict(list)
     field_hash: dict[int, str] = {}
+    frozen_identity = frozenset(identity)
     for i, ex in enumerate(examples):
-        field_hash[i] = digest = input_hash(ex, identity)
+        field_hash[i] = digest = input_hash(ex, frozen_identity)
         by_hash[digest].append(i)
     duplicates = []
     for digest, members in by_hash.items():
