@@ -168,7 +168,9 @@ def main() -> int:
             elapsed = time.perf_counter() - t0
             if row["verdict"] == "fail":
                 raise SystemExit(f"the pilot's steady phase failed: {row['reason']}")
-            return elapsed / args.updates
+            # Every update the phase ran counts, its untimed warm-up update included.
+            done = args.updates + int(row["details"].get("warmup_updates", 0))
+            return elapsed / done
 
         def bare_round(loop: BareLoop) -> float:
             synchronize(device)

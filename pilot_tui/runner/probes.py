@@ -55,9 +55,14 @@ def synchronize(device: torch.device) -> None:
 
 
 def release_cache(device: torch.device) -> None:
-    """Collect unreachable tensors and hand the allocator's unused blocks back to the driver."""
-    gc.collect()
+    """Collect unreachable tensors and hand the allocator's unused blocks back to the driver.
+
+    CUDA only: there a tensor kept alive by a reference cycle holds allocator blocks that the next
+    phase's peak would inherit. On CPU nothing is cached to hand back and the RSS high-water mark
+    is reset anyway, while a full collection costs ~0.1 s per phase (measured on the demo).
+    """
     if device.type == "cuda":
+        gc.collect()
         torch.cuda.empty_cache()
 
 
