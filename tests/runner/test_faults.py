@@ -18,8 +18,10 @@ import tomli_w
 import torch
 from conftest import CAMPAIGNS, tmpfs
 
+from pilot_tui import phase_table
 from pilot_tui.death import death_reason, oom_kills
 from pilot_tui.events import OpenCampaign
+from pilot_tui.phase_table import PhaseInfo
 from pilot_tui.runner.faults import is_cpu_oom, is_disk_full
 from pilot_tui.runner.main import Channel, _open
 from pilot_tui.runner.phases import execute
@@ -75,11 +77,15 @@ def test_cpu_out_of_memory_is_named_with_its_input(tmp_path):
         torch.empty(1 << 60, dtype=torch.uint8)  # a real allocation the host cannot satisfy
 
     ctx = open_ctx(example_campaign(tmp_path), tmp_path / "work")
-    phase("test_cpu_oom")(cpu_oom)  # a body only this test runs (execute needs no table entry)
+    phase_table.register(
+        PhaseInfo("test_cpu_oom", "engine", "allocates more than the host has", "docs/engine.md")
+    )
     try:
+        phase("test_cpu_oom")(cpu_oom)
         row = run(ctx, "test_cpu_oom")
     finally:
-        PHASES.pop("test_cpu_oom")
+        phase_table.unregister("test_cpu_oom")
+        PHASES.pop("test_cpu_oom", None)
     assert row["verdict"] == "fail"
     assert row["reason"].startswith("out of memory (host memory) in test_cpu_oom on input microbatch 8"), row[
         "reason"
@@ -105,15 +111,16 @@ def test_a_process_killed_by_signal_9_is_explained(tmp_path):
     proc.kill()
     code = proc.wait()
     before = oom_kills()
-    reason = death_reason(code, "steady", before, 812.0)
+    status = f"signal {-code}"  # as the runner link words it
+    reason = death_reason(status, "steady", before, 812.0)
     assert "signal 9 (SIGKILL)" in reason and "OOM killer if memory ran out, or from outside" in reason
     assert "812 MiB" in reason
     if before is not None:
         # A rise of the cgroup's OOM-kill count names the killer outright.
-        assert death_reason(code, "steady", before - 1).startswith(
+        assert death_reason(status, "steady", before - 1).startswith(
             "out of memory (host): the kernel's OOM killer"
         )
-    assert "exit code 3" in death_reason(3, "load", None)
+    assert "exit code 3" in death_reason("exit code 3", "load", None)
 
 
 def test_stale_temp_files_are_swept_in_worker_folders(tmp_path):
