@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import tomllib
+from pathlib import Path
 
 import pytest
 from conftest import tmpfs
@@ -62,10 +63,15 @@ def test_a_read_only_records_folder_is_refused_before_anything_runs(write_campai
         if not mounted:
             records.chmod(0o555)
         try:
+            target = records
             if os.access(records, os.W_OK):
-                pytest.fail("this user can write a read-only folder (root without mount rights)")
+                # Root without mount rights writes anything but a read-only file system: a
+                # container's /sys is one (a records folder under it cannot be made either).
+                target = Path("/sys/pilot-tui-records")
+                if os.access("/sys", os.W_OK):
+                    pytest.skip("no read-only folder available to this user")
             with pytest.raises(BadInputError, match="cannot be written"):
-                Session(write_campaign(), records)
+                Session(write_campaign(), target)
         finally:
             records.chmod(0o755) if not mounted else None
 
