@@ -13,6 +13,7 @@ from pathlib import Path
 
 from conftest import REPO
 
+from pilot_tui import phase_table
 from pilot_tui.cli import main
 
 STEPS = ("steady",)
@@ -26,19 +27,7 @@ def rows(record: Path) -> list[dict]:
 
 
 def test_sighup_then_continue_into_the_same_record(write_campaign, tmp_path: Path, capsys) -> None:
-    skip = [
-        "stack",
-        "inspect",
-        "split",
-        "overfit",
-        "load",
-        "first_step",
-        "eval_longest",
-        "save",
-        "export",
-        "resume",
-        "final",
-    ]
+    skip = [n for n in phase_table.names() if n != "steady"]  # new phases need no edit here
     spec = write_campaign(
         {
             "phases": {"steady_updates": 100_000, "skip": skip},
