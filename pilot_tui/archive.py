@@ -48,23 +48,51 @@ def _stem(out: Path) -> str:
     return name
 
 
+OUTSIDE = "outside the record's folder (not read)"
+
+
+def inside(path: Path, folder: Path) -> Path | None:
+    """`path` resolved (symlinks followed), when that lies inside `folder`; else None.
+
+    A crafted record can name any file (`/etc/passwd`, `../../id_rsa`, a symlink to one): only
+    what really lies in the record's own folder is ever opened (R24). Nothing outside is even
+    stat'ed, so the manifest cannot tell whether an outside file exists.
+    """
+    try:
+        resolved = path.resolve()
+        root = folder.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+    return resolved if resolved.is_relative_to(root) else None
+
+
+def _artifact_path(record: Record, art: dict[str, Any]) -> Path | None:
+    """Where an artifact is now, confined to the record's folder (None: outside it)."""
+    base = record.path.parent
+    path = Path(str(art.get("path", "")))
+    if not path.is_absolute():
+        path = base / path
+    here = inside(path, base)
+    if here is None or not here.is_file():
+        # The record's folder was moved with its artifacts folder (`<record stem>/` beside it).
+        moved = inside(base / record.path.stem / path.name, base)
+        if moved is not None and moved.is_file():
+            return moved
+    return here
+
+
 def _manifest(record: Record, dest: Path | None) -> list[dict[str, Any]]:
     """Each artifact with its state now; copy the verified ones into `dest` when given."""
     rows = []
     used: set[str] = set()
-    base = record.path.parent
     for art in record.data.get("artifacts", []):
         entry = {
             k: art[k] for k in ("path", "kind", "size", "sha256", "phase", "variant", "step") if k in art
         }
-        path = Path(str(art.get("path", "")))
-        if not path.is_absolute():
-            path = base / path
-        if not path.is_file():
-            # The record's folder was moved with its artifacts folder (`<record stem>/` beside it).
-            moved = base / record.path.stem / path.name
-            path = moved if moved.is_file() else path
-        if not path.is_file():
+        path = _artifact_path(record, art)
+        if path is None:
+            entry["state"] = OUTSIDE
+        elif not path.is_file():
             entry["state"] = "missing"
         elif path.stat().st_size != art.get("size") or sha256_file(path) != art.get("sha256"):
             # Never archive a file whose bytes are not the ones the record vouches for (R17).
@@ -85,17 +113,33 @@ def _manifest(record: Record, dest: Path | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _task_file(record: Record) -> tuple[Path, str] | None:
-    """The user's task file named by the spec, when it sits beside (or under) the spec."""
+def task_file_state(record: Record) -> tuple[Path | None, str, str]:
+    """The user's task file: (source, name in the archive, state).
+
+    Archived only when it is the very file the run hashed: the record's `campaign.task_file`
+    names it with its sha256 (written when the campaign opened), it is a `.py` file, and its
+    bytes still match. An edited file is reported, never archived: the archive's instructions
+    would otherwise run code that is not the code that was piloted.
+    """
     campaign = record.data.get("campaign", {})
-    rel = str(campaign.get("spec", {}).get("task", {}).get("file", "") or "")
+    rel = str((campaign.get("spec", {}).get("task", {}) or {}).get("file", "") or "")
     if not rel:
-        return None
+        return None, "", ""
     parts = PurePosixPath(rel).parts
-    if PurePosixPath(rel).is_absolute() or ".." in parts:
-        return None
-    src = Path(str(campaign.get("spec_path", ""))).parent / rel
-    return (src, rel) if src.is_file() else None
+    if PurePosixPath(rel).is_absolute() or ".." in parts or not rel.endswith(".py"):
+        return None, "", f"task file {rel!r} is not a .py file beside the campaign (not archived)"
+    hashed = campaign.get("task_file") or {}
+    sha, where = hashed.get("sha256"), hashed.get("path")
+    if not isinstance(sha, str) or not isinstance(where, str) or not where.endswith(".py"):
+        return None, rel, "the record holds no sha256 of the task file (not archived)"
+    src = Path(where)
+    try:
+        ok = src.is_file() and sha256_file(src) == sha
+    except OSError:
+        ok = False
+    if not ok:
+        return None, rel, f"task file {src} changed since the run, or is gone (not archived)"
+    return src, rel, "verified"
 
 
 def _torch_pin(torch_version: str) -> str:
@@ -190,10 +234,12 @@ def _fill(folder: Path, record: Record, with_artifacts: bool) -> None:
     folder.mkdir(parents=True)
     shutil.copy2(record.path, folder / "record.toml")
     (folder / "campaign.toml").write_text(spec_text, encoding="utf-8")
-    task = _task_file(record)
-    if task:
-        (folder / task[1]).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(task[0], folder / task[1])
+    src, rel, task_state = task_file_state(record)
+    if src is not None:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, folder / rel)
+        if sha256_file(folder / rel) != record.data["campaign"]["task_file"]["sha256"]:
+            raise ArchiveError(f"{src}: the copy does not match its sha256 (changed while copying?)")
     metrics = {
         k: data[k]
         for k in ("environment", "accounting", "dataset", "phases", "runs", "variants")
@@ -201,7 +247,10 @@ def _fill(folder: Path, record: Record, with_artifacts: bool) -> None:
     }
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str) + "\n", encoding="utf-8")
     manifest = _manifest(record, folder / "artifacts" if with_artifacts else None)
-    (folder / "manifest.toml").write_text(dumps({"artifacts": manifest}), encoding="utf-8")
+    listing: dict[str, Any] = {"artifacts": manifest}
+    if task_state:
+        listing["task_file"] = {"name": rel, "state": task_state}
+    (folder / "manifest.toml").write_text(dumps(listing), encoding="utf-8")
     archived = [m for m in manifest if "archived_as" in m]
     if archived:
         sums = "".join(f"{m['sha256']}  {m['archived_as'].removeprefix('artifacts/')}\n" for m in archived)
@@ -209,9 +258,11 @@ def _fill(folder: Path, record: Record, with_artifacts: bool) -> None:
     text = _instructions(
         record,
         manifest,
-        task[1] if task else "",
+        rel if src is not None else "",
         record.data.get("environment", {}).get("code_revision") or code_revision(),
     )
+    if task_state and src is None:
+        text += f"\nNote: {task_state}; this archive cannot rerun the pilot as it ran.\n"
     (folder / "INSTRUCTIONS.md").write_text(text, encoding="utf-8")
 
 

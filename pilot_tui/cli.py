@@ -13,9 +13,12 @@ from . import DEMO_CAMPAIGN, __version__
 from .record import RecordError
 from .session import BadInputError, Session
 from .spec import SpecError
+from .text import one_line
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-SUBCOMMANDS = ("run", "open", "export", "plan", "note", "conclude", "init", "estimate")
+# The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
+EXIT_CRASH = 3
+SUBCOMMANDS = ("run", "open", "continue", "export", "plan", "note", "conclude", "init", "estimate")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +40,20 @@ def _parser() -> argparse.ArgumentParser:
     opn = sub.add_parser("open", help="open the dashboard on a campaign or a saved record (default)")
     opn.add_argument("target", type=Path, nargs="?", default=DEMO_CAMPAIGN, help="campaign spec or record")
     opn.add_argument("--records", type=Path, help="folder for records (default: <campaign dir>/records)")
+    cont = sub.add_parser(
+        "continue",
+        help="run the steps a record does not hold yet, into that record (e.g. after a dropped SSH)",
+    )
+    cont.add_argument("record", type=Path)
+    cont.add_argument(
+        "--keep-going", action="store_true", help="run later phases even after a failed stack check"
+    )
+    opn.add_argument(
+        "--continue",
+        dest="continue_record",
+        action="store_true",
+        help="on a record: run the steps it does not hold yet, into it",
+    )
     exp = sub.add_parser("export", help="archive a record: spec, metrics, artifact manifest, instructions")
     exp.add_argument("record", type=Path)
     exp.add_argument("--out", type=Path, help="archive folder or .tar.gz (default: beside the record)")
@@ -95,10 +112,18 @@ def main(argv: list[str] | None = None) -> int:
             from .estimate_cli import run_estimate
 
             return run_estimate(args)
+        if args.command == "continue":
+            from .headless import run_headless
+            from .session import continue_session
+
+            return run_headless(continue_session(args.record), keep_going=args.keep_going)
+        if args.command == "open" and args.continue_record:
+            return _open_tui(args.target, None, autorun=True, continue_record=True)
         if args.command == "export":
             from .archive import export_archive
 
-            print(export_archive(args.record, args.out, with_artifacts=args.with_artifacts))
+            print(one_line(export_archive(args.record, args.out, with_artifacts=args.with_artifacts)))
+            _warn_task_file(args.record)
             return EXIT_OK
         if args.command == "plan":
             from .plan import print_plan
@@ -115,16 +140,42 @@ def main(argv: list[str] | None = None) -> int:
         target = args.campaign if args.command == "run" else args.target
         return _open_tui(target, args.records, autorun=args.command == "run")
     except (SpecError, BadInputError, RecordError) as exc:
-        print(f"pilot-tui: error: {exc}", file=sys.stderr)
+        print(f"pilot-tui: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("pilot-tui: interrupted; the record holds every phase finished so far", file=sys.stderr)
         return 130
 
 
-def _open_tui(target: Path, records: Path | None, autorun: bool) -> int:
+def _warn_task_file(record_path: Path) -> None:
+    """Say it when the archive could not include the task file (edited since the run)."""
+    from .archive import task_file_state
+    from .record import Record
+
+    src, _, state = task_file_state(Record.read(record_path))
+    if state and src is None:
+        print(f"pilot-tui: warning: {one_line(state)}", file=sys.stderr)
+
+
+def _open_tui(target: Path, records: Path | None, autorun: bool, continue_record: bool = False) -> int:
     from .tui.app import PilotApp
 
-    app = PilotApp(target, records_dir=records, autorun=autorun)
+    if continue_record:
+        from .session import continue_session
+
+        app = PilotApp(source=continue_session(target), autorun=autorun)
+    else:
+        app = PilotApp(target, records_dir=records, autorun=autorun)
     code = app.run()
-    return int(code or 0)
+    return tui_exit_code(code, app.return_code)
+
+
+def tui_exit_code(code: object, return_code: int | None) -> int:
+    """The app's own exit value, or EXIT_CRASH when Textual ended it on an unhandled exception."""
+    if return_code:  # Textual sets it (to 1) when a handler raised: the dashboard crashed
+        print(
+            "pilot-tui: the dashboard crashed (traceback above); the record holds every phase finished so far",
+            file=sys.stderr,
+        )
+        return EXIT_CRASH
+    return int(code or 0)  # type: ignore[call-overload]

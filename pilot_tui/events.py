@@ -153,6 +153,9 @@ class OpenCampaign(WireMessage):
     kind: ClassVar[str] = "open"
     spec_path: str
     work_dir: str
+    # The record's rows so far, when a new runner takes over a campaign (a restart, `continue`):
+    # later phases read earlier ones (e.g. `final` finds the export's files).
+    rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

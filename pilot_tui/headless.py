@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import TextIO
 
 from . import phase_table
 from .events import PhaseFinished, PhaseProgress, PhaseStarted, RunnerError, WireMessage
 from .rows import PhaseRow
 from .session import Session
+from .text import one_line
 
 MARKS = {"pass": "✓", "warn": "!", "fail": "✗"}
 
@@ -35,14 +40,15 @@ def phase_line(data: dict, width: int | None = 80) -> str:
     by side, never summed, R6) and the reason, cut with "…" to `width` (None: whole)."""
     row = PhaseRow.from_toml(data)
     if row is None:
-        return fit(f"✗ fail unreadable row {str(data)[:60]}", width or 200)
-    label = fit(row.key, 20)
+        return fit(f"✗ fail unreadable row {one_line(str(data), 60)}", width or 200)
+    # Record and task text is data: escaped and bounded, never sent raw to the terminal (R24).
+    label = fit(one_line(row.key, 200), 20)
     took = f"{row.duration_s:7.2f} s" if row.duration_s is not None else "      — "
     head = (
-        f"{MARKS.get(row.verdict, '?')} {row.verdict:<4} {label:<20} {took} "
+        f"{MARKS.get(row.verdict, '?')} {one_line(row.verdict, 20):<4} {label:<20} {took} "
         f"{memory_summary(dict(row.memory.values) or dict(data.get('memory') or {})):<17} "
     )
-    line = head + row.reason.replace("\n", " ")
+    line = head + one_line(row.reason, 1000)
     return line if width is None else fit(line, width)
 
 
@@ -177,13 +183,54 @@ def run_headless(
     A failed `stack` stops the campaign unless `keep_going`: figures measured on a software stack
     that cannot run the task would only be spent time (R18: fail fast).
     """
+    with stop_on_signals(session) as stopped:
+        return _run(session, out, err, keep_going, stopped, heartbeat_s)
+
+
+@contextlib.contextmanager
+def stop_on_signals(session: Session) -> Iterator[list[int]]:
+    """SIGTERM, SIGHUP and SIGINT act as a cancel: the step in flight ends with its row, the
+    record is saved and the campaign stops; a second signal leaves at once (KeyboardInterrupt).
+
+    A hang-up means the terminal is gone (a dropped SSH connection): output goes to /dev/null
+    from then on, so a write to the dead terminal cannot cost the row.
+    """
+    stopped: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if stopped:
+            raise KeyboardInterrupt
+        stopped.append(signum)
+        if signum == signal.SIGHUP:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            for fd in (1, 2):
+                os.dup2(devnull, fd)
+            os.close(devnull)
+        session.cancel()
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        with contextlib.suppress(ValueError):  # not the main thread: leave the defaults
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield stopped
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _run(
+    session: Session, out: TextIO, err: TextIO, keep_going: bool, stopped: list[int], heartbeat_s: float
+) -> int:
     ready = session.start()
     assert session.record is not None
     acc = session.record.data["accounting"]
     print(f"pilot-tui · campaign {session.spec.campaign.name} · record {session.record.path}", file=out)
     print(
-        f"  device {ready.environment['device']} · torch {ready.environment['torch']} · "
-        f"splits {ready.dataset['splits']}",
+        one_line(
+            f"  device {ready.environment['device']} · torch {ready.environment['torch']} · "
+            f"splits {ready.dataset['splits']}"
+        ),
         file=out,
     )
     print(
@@ -195,9 +242,12 @@ def run_headless(
     bar = ProgressBar(err)
     beat = Heartbeat(out, bar, heartbeat_s)
     width = line_width(out)
-    failed = 0
+    to_run = session.steps_to_run()
+    failed = _earlier_failures(session, to_run, out)
     try:
-        for step in session.steps:
+        for step in to_run:
+            if stopped:
+                break
             stop = False
             rows = 0
             for ev in session.run_step(step.key):
@@ -216,7 +266,16 @@ def run_headless(
         session.close()
     plan = session.finish()
     for line in plan_summary(plan):
-        print(line, file=out)
+        print(one_line(line), file=out)
+    if stopped:
+        name = signal.Signals(stopped[0]).name
+        print(
+            f"stopped by {name}: the step in flight was cancelled; the record holds every phase so far · "
+            f"record {session.record.path}",
+            file=out,
+            flush=True,
+        )
+        return 128 + stopped[0]
     verdict = "FAIL" if failed else "PASS"
     print(f"{verdict}: {failed} failed gate(s) · record {session.record.path}", file=out, flush=True)
     return 1 if failed else 0
@@ -232,6 +291,17 @@ def no_row(key: str, rows: int, out: TextIO) -> int:
         f"  {key}: ended without a row, counted as a failed gate (see the runner error)", file=out, flush=True
     )
     return 1
+
+
+def _earlier_failures(session: Session, to_run: list, out: TextIO) -> int:
+    """`continue`: the failed gates already in the record count toward the exit code (those of
+    steps about to run again excepted), and the line says how much is left."""
+    assert session.record is not None
+    if len(to_run) == len(session.steps) and not session.record.phases:
+        return 0  # a new campaign
+    again = {s.key for s in to_run}
+    print(f"  continuing: {len(to_run)} of {len(session.steps)} steps left", file=out, flush=True)
+    return sum(1 for r in session.record.phases if r.get("verdict") == "fail" and r.get("step") not in again)
 
 
 def plan_summary(plan: dict) -> list[str]:
@@ -254,5 +324,5 @@ def _show(ev: WireMessage, bar: ProgressBar, out: TextIO, err: TextIO, width: in
         return int(ev.row["verdict"] == "fail")
     elif isinstance(ev, RunnerError):
         bar.clear()
-        print(f"runner error: {ev.message}", file=err, flush=True)
+        print(f"runner error: {one_line(ev.message, 1000)}", file=err, flush=True)
     return 0

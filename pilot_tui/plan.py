@@ -21,6 +21,7 @@ from .accounting import account
 from .record import Record, RecordError
 from .rows import BASIS_CPU, BASIS_CUDA, PhaseRow, StepKey, newest_by_key, num, number, read_rows
 from .spec import CampaignSpec, SpecError, parse_spec
+from .text import one_line
 
 DAY_S = 86_400.0
 PACKAGES = (3, 7, 30)
@@ -696,14 +697,15 @@ def print_plan(record_path: str | Path, out: TextIO | None = None) -> int:
     except (SpecError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
         raise RecordError(f"{record.path}: cannot plan from this record: {exc}") from None
     campaign = record.data.get("campaign") or {}
-    print(f"pilot-tui plan · campaign {campaign.get('name', '?')} · record {record.path}", file=out)
+    # Record text is data: every printed line is escaped and bounded (R24).
+    print(one_line(f"pilot-tui plan · campaign {campaign.get('name', '?')} · record {record.path}"), file=out)
     if saved is None:
         print(
             "  (the record holds no [plan]: the campaign did not finish; computed now, not written)", file=out
         )
     print("", file=out)
     for line in text_lines(plan):
-        print(line, file=out)
+        print(one_line(line), file=out)
     out.flush()
     return 0 if plan["sheet"]["kept"] and plan["package"]["fits_all"] else 1
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import secrets
+import stat
 import tempfile
 import tomllib
 from pathlib import Path
@@ -35,8 +36,12 @@ def _toml_safe(value: Any) -> Any:
     return value
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that readers see the old file or the new one, nothing else."""
+def write_atomic(path: Path, text: str, exclusive: bool = False) -> None:
+    """Replace `path` with `text` so that readers see the old file or the new one, nothing else.
+
+    `exclusive`: the file must not exist yet (a new record): FileExistsError rather than
+    overwrite another session's record.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     # The pid in the name lets the next start sweep temp files of a writer that was killed.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
@@ -46,7 +51,11 @@ def write_atomic(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)  # atomic, and fails if the name is taken
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -58,13 +67,35 @@ def write_atomic(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+# Far above any real record (thousands of rows); a bound so /dev/zero-like input cannot fill memory.
+MAX_RECORD_BYTES = 256 << 20
+
+
+def read_regular_text(path: Path, max_bytes: int) -> str:
+    """UTF-8 text of a regular file of at most `max_bytes`; ValueError otherwise (R24).
+
+    Opened non-blocking and checked after opening: a FIFO neither blocks nor is read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes:,} bytes")
+    return data.decode("utf-8")
+
+
 def dumps(data: dict[str, Any]) -> str:
     return tomli_w.dumps(_toml_safe(data))
 
 
 def new_record_id(now: dt.datetime | None = None) -> str:
     now = now or dt.datetime.now(dt.UTC)
-    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    # 4 random bytes: two sessions started in the same second must not draw the same id.
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
 
 
 class Record:
@@ -74,6 +105,8 @@ class Record:
         self.path = path
         self.data = data
         self.read_only = read_only
+        # True until the first save, which creates the file exclusively.
+        self.new = False
 
     @classmethod
     def create(
@@ -106,20 +139,24 @@ class Record:
             "dataset": dataset,
             "phases": [],
         }
-        return cls(records_dir / f"{name}-{record_id}.toml", data)
+        record = cls(records_dir / f"{name}-{record_id}.toml", data)
+        record.new = True
+        return record
 
     @classmethod
     def read(cls, path: str | Path) -> Record:
         """Open a saved record read-only (R20)."""
         p = Path(path)
         try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
+            data = tomllib.loads(read_regular_text(p, MAX_RECORD_BYTES))
         except FileNotFoundError:
             raise RecordError(f"{p}: record not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            if isinstance(exc, tomllib.TOMLDecodeError):
+                raise RecordError(f"{p}: not a valid TOML record: {exc}") from None
             raise RecordError(f"{p}: cannot read the record: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise RecordError(f"{p}: not a valid TOML record: {exc}") from None
+        except RecursionError:
+            raise RecordError(f"{p}: not a pilot-tui record (arrays or tables nested too deeply)") from None
         if "campaign" not in data or "phases" not in data:
             raise RecordError(f"{p}: not a pilot-tui record (no [campaign] or [[phases]])")
         return cls(p, data, read_only=True)
@@ -145,5 +182,6 @@ class Record:
     def save(self) -> Path:
         if self.read_only:
             raise RecordError(f"{self.path}: opened read-only")
-        write_atomic(self.path, dumps(self.data))
+        write_atomic(self.path, dumps(self.data), exclusive=self.new)
+        self.new = False
         return self.path

@@ -8,17 +8,21 @@ so a kill of the runner loses nothing recorded.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import threading
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from . import board, default_records_dir
+from .death import death_reason, oom_kills
 from .events import (
     BadInput,
     Cancel,
+    Counters,
     Idle,
     OpenCampaign,
     PhaseFinished,
@@ -35,6 +39,7 @@ from .record import LIST_SECTIONS, Record, new_record_id
 from .rows import FAIL
 from .spec import LoadedSpec, load_spec
 from .steps import Step, campaign_steps, find_step
+from .watchdog import HangWatchdog
 
 CANCEL_GRACE_S = 10.0
 POLL_S = 0.5
@@ -62,7 +67,14 @@ def sweep_stale_temp_files(folder: Path) -> list[Path]:
     removed: list[Path] = []
     if not folder.is_dir():
         return removed
-    for tmp in [*folder.glob(".*.tmp"), *folder.glob("*/.*.tmp")]:
+    # Recursive: workers write in sub-folders (`final-worker/`, `resume-*.worker/`).
+    temps = [
+        Path(root) / name
+        for root, _, names in os.walk(folder)  # never follows a symlink out of the folder
+        for name in names
+        if name.startswith(".") and name.endswith(".tmp")
+    ]
+    for tmp in temps:
         match = _TEMP_NAME.fullmatch(tmp.name)
         if match is None:
             continue  # not one of ours
@@ -72,6 +84,59 @@ def sweep_stale_temp_files(folder: Path) -> list[Path]:
         tmp.unlink(missing_ok=True)
         removed.append(tmp)
     return removed
+
+
+def _file_identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def merge_user_notes(record: Record, saved: tuple[int, int, int] | None) -> None:
+    """Keep what `pilot-tui note` / `conclude` wrote into a live session's record file.
+
+    They write the file in place; the session's next save would erase them. One stat per save
+    tells whether the file is still the one this session wrote; if not, its notes and its
+    conclusion are merged in before the save (never lost).
+    """
+    if saved is None or _file_identity(record.path) in (saved, None):
+        return
+    try:
+        on_disk = tomllib.loads(record.path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return
+    mine = record.data.setdefault("notes", [])
+    mine.extend(n for n in on_disk.get("notes", []) if n not in mine)
+    if "conclusion" in on_disk and on_disk["conclusion"] != record.data.get("conclusion"):
+        record.data["conclusion"] = on_disk["conclusion"]
+
+
+def records_error(exc: OSError, path: Path) -> str:
+    """One line for a record that could not be written, saying why in words (R24)."""
+    why = {
+        errno.ENOSPC: "disk full (no space left on the device)",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied (the folder is not writable)",
+        errno.EPERM: "permission denied (the folder is not writable)",
+        errno.ENAMETOOLONG: "file name too long",
+        errno.ENOTDIR: "a path component is a file, not a folder",
+        errno.EEXIST: "a file is in the way of the records folder",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return f"{path}: cannot write the record: {why}; every phase saved before is kept"
+
+
+def check_records_dir(folder: Path) -> None:
+    """Refuse a records folder that is a file or cannot be written, before anything runs."""
+    if folder.exists() and not folder.is_dir():
+        raise BadInputError(f"{folder}: --records must be a folder, and this is a file")
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is not None and existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInputError(f"{existing}: the records folder cannot be written (read-only or no permission)")
+    if existing is not None and not existing.is_dir():
+        raise BadInputError(f"{existing}: is a file, so the records folder {folder} cannot be made")
 
 
 def _alive(pid: int) -> bool:
@@ -104,6 +169,7 @@ class Session:
         self.spec = self.loaded.spec
         self.steps: list[Step] = campaign_steps(self.spec)
         self.records_dir = Path(records_dir) if records_dir else default_records_dir(self.loaded.path)
+        check_records_dir(self.records_dir)  # before a runner starts: nothing written on refusal
         self.record_id = record_id or new_record_id()
         self.work_dir = self.records_dir / f"{self.spec.campaign.name}-{self.record_id}"
         self.link: Link = link if link is not None else ProcessLink()
@@ -119,6 +185,13 @@ class Session:
         # The step a cancel was asked for: a runner drops a cancel that arrives before the phase
         # starts (each phase clears the flag), so it is sent again when the phase starts.
         self._cancel_asked: str | None = None
+        # Kills the runner when a phase overruns its declared time_s and ignores the deadline.
+        self.hang_watchdog = HangWatchdog(self.link.kill)
+        # For the row of a runner that died: the kernel's OOM kills before it, its last memory.
+        self._oom_kills_at_start: int | None = None
+        self._last_rss_mb: float | None = None
+        # The record file as this session last wrote it: a change means someone else wrote it.
+        self._saved_stat: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------ runner lifecycle
 
@@ -129,8 +202,9 @@ class Session:
     def _open_runner(self) -> RunnerReady:
         """Start a runner and open the campaign in it, within OPEN_TIMEOUT_S; BadInputError when
         it refuses, fails, dies or says nothing — never a wait without end."""
+        self._oom_kills_at_start = oom_kills()
         self.link.start()
-        self.link.send(OpenCampaign(spec_path=str(self.loaded.path), work_dir=str(self.work_dir)))
+        self.link.send(self._open_command())
         ready = None
         for msg in self._until_idle(OPEN_TIMEOUT_S, "opening the campaign"):
             if isinstance(msg, BadInput):
@@ -142,6 +216,26 @@ class Session:
         if ready is None:
             self._fail_open(f"{self.loaded.path}: the runner went idle without opening the campaign")
         return ready
+
+    def _open_command(self) -> OpenCampaign:
+        """Open the campaign; a new runner taking over gets the rows recorded so far (a restart,
+        `continue`): later phases read earlier ones (e.g. `final` finds the export's files)."""
+        rows = list(self.record.phases) if self.record is not None else []
+        return OpenCampaign(spec_path=str(self.loaded.path), work_dir=str(self.work_dir), rows=rows)
+
+    def _save(self) -> None:
+        """Save the record; a folder that cannot take it is one line (disk full, read-only…)."""
+        assert self.record is not None
+        try:
+            merge_user_notes(self.record, self._saved_stat)
+            self.record.save()
+            self._saved_stat = _file_identity(self.record.path)
+        except FileExistsError:
+            raise BadInputError(
+                f"{self.record.path}: a record with this id exists already; not overwritten"
+            ) from None
+        except OSError as exc:
+            raise BadInputError(records_error(exc, self.record.path)) from None
 
     def _fail_open(self, message: str) -> None:
         self.close()
@@ -173,8 +267,8 @@ class Session:
         """Start the runner and open the campaign; the record file appears only on success."""
         sweep_stale_temp_files(self.records_dir)
         ready = self._open_runner()
+        self.ready = ready
         if self.record is None:
-            self.ready = ready
             self.record = Record.create(
                 self.records_dir,
                 record_id=self.record_id,
@@ -200,6 +294,7 @@ class Session:
 
     def close(self, timeout: float = 5.0) -> None:
         """Ask the runner to exit, then make sure it did: no orphan process is left."""
+        self.hang_watchdog.disarm()
         if self._cancel_timer:
             self._cancel_timer.cancel()
         self.link.close(timeout)
@@ -263,16 +358,20 @@ class Session:
                     return
                 if isinstance(msg, RecordUpdate) and msg.section == "runs":
                     pending_run = ""
+                if isinstance(msg, Counters):
+                    self._last_rss_mb = msg.values.get("rss_mb") or self._last_rss_mb
                 if isinstance(msg, PhaseStarted):
                     started, self._phase_started = msg, True
                     if self._cancel_asked == key:
                         self.link.send(Cancel())
                         self._arm_kill_timer(key)
+                    self.hang_watchdog.arm(key, self.spec.limit_for(msg.phase).time_s)
                 elif isinstance(msg, PhaseFinished):
+                    self.hang_watchdog.disarm()
                     finished = True
                     self.record.data["campaign"].pop("in_flight", None)
                     self.record.append("phases", msg.row)
-                    self.record.save()
+                    self._save()
                 elif isinstance(msg, RecordUpdate):
                     msg = self.apply_update(msg)
                 if isinstance(msg, Idle):
@@ -283,17 +382,19 @@ class Session:
                 yield msg
         finally:
             self._running, self._phase_started, self._cancel_asked = None, False, None
+            self.hang_watchdog.disarm()
             if self._cancel_timer:
                 self._cancel_timer.cancel()
 
     def _death_reason(self, key: str, hung: bool) -> str:
         phase = self.step(key).phase
+        if self.hang_watchdog.fired:
+            return f"{self.hang_watchdog.fired} (in {phase})"
         if self._killed_for_cancel:
             return f"cancelled; the runner did not stop within {CANCEL_GRACE_S:g} s and was killed"
         if hung:
             return f"the runner sent nothing for {SILENCE_S:g} s during {phase} (hung) and was killed"
-        how = self.link.exit_status() or "it exited"
-        return f"the runner process died ({how}) during {phase}; the next step starts a new one"
+        return death_reason(self.link.exit_status(), phase, self._oom_kills_at_start, self._last_rss_mb)
 
     def _begin_step(self, key: str) -> None:
         """Write the record before a step runs, naming the step in flight.
@@ -304,7 +405,7 @@ class Session:
         """
         assert self.record is not None
         self.record.data["campaign"]["in_flight"] = key
-        self.record.save()
+        self._save()
 
     def apply_update(self, msg: RecordUpdate) -> RecordUpdate:
         """Keep `msg` in the record and save; returns it as recorded (a run may get a new id)."""
@@ -319,7 +420,7 @@ class Session:
             self.record.set_section(msg.section, value)
         if msg.section == "runs":
             self._update_board()
-        self.record.save()
+        self._save()
         return msg if value is msg.value else RecordUpdate(section=msg.section, value=value)
 
     # ------------------------------------------------------------------ LR board (R13, R14)
@@ -378,7 +479,7 @@ class Session:
         assert self.record is not None
         self.record.data["campaign"].pop("in_flight", None)
         self.record.append("phases", row)
-        self.record.save()
+        self._save()
         return PhaseFinished(step=key, row=row)
 
     def cancel(self, key: str | None = None) -> None:
@@ -409,6 +510,21 @@ class Session:
         self._cancel_timer.daemon = True
         self._cancel_timer.start()
 
+    def steps_to_run(self) -> list[Step]:
+        """The steps without a row yet (all of them in a new campaign; fewer after `continue`).
+
+        A row that says the step was cancelled (a cancel, SIGTERM, a hang-up) does not count:
+        that step was interrupted, not done.
+        """
+        last: dict[str, dict[str, Any]] = {}
+        for row in self.record.phases if self.record is not None else []:
+            last[str(row.get("step"))] = row
+        return [
+            s
+            for s in self.steps
+            if s.key not in last or str(last[s.key].get("reason", "")).startswith("cancelled")
+        ]
+
     def finish(self) -> dict[str, Any]:
         """Compute the choice sheet and package plan from the record's rows and keep them as `[plan]`.
 
@@ -424,8 +540,38 @@ class Session:
         except Exception as exc:  # the rows are on disk; a planning bug must not hide them
             plan = {"error": f"{type(exc).__name__}: {exc}"}
         self.record.set_section("plan", plan)
-        self.record.save()
+        self._save()
         return plan
+
+
+def continue_session(record_path: str | Path, *, link: Link | None = None) -> Session:
+    """A session that runs the steps a record does not hold yet, into that same record (R24).
+
+    For a campaign whose view died (a dropped SSH connection): refused, naming the file, when
+    the campaign file or the task file changed since the record was made (their sha256 are in it).
+    """
+    record = Record.read(record_path)  # RecordError: bad input
+    campaign = record.data.get("campaign") or {}
+    spec_path = Path(str(campaign.get("spec_path", "")))
+    session = Session(spec_path, record.path.parent, link=link, record_id=str(campaign.get("id", "")) or None)
+    if session.loaded.sha256 != campaign.get("spec_sha256"):
+        raise BadInputError(
+            f"{spec_path}: the campaign file changed since record {record.path.name} was made; "
+            "run it as a new campaign"
+        )
+    if session.spec.task.file:
+        task = session.loaded.resolve(session.spec.task.file)
+        hashed = (campaign.get("task_file") or {}).get("sha256")
+        if not hashed or sha256_file(task) != hashed:
+            raise BadInputError(
+                f"{task}: the task file changed since record {record.path.name} was made "
+                "(or the record holds no hash of it); run it as a new campaign"
+            )
+    session.work_dir = record.path.parent / record.path.stem
+    record.read_only = False
+    session.record = record
+    session._saved_stat = _file_identity(record.path)
+    return session
 
 
 def replay_session(

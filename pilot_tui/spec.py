@@ -10,7 +10,9 @@ import dataclasses
 import difflib
 import hashlib
 import math
+import os
 import re
+import stat
 import tomllib
 import types
 import typing
@@ -28,6 +30,8 @@ SCHEDULES = ("constant", "linear", "cosine")
 GROUP_KINDS = ("id", "time")
 STRATEGIES = ("none", "ddp", "fsdp")
 BACKENDS = ("", "nccl", "gloo")
+# A record is named `<name>-<id>.toml`; file systems stop at 255 bytes.
+MAX_NAME = 100
 
 
 class SpecError(Exception):
@@ -409,6 +413,11 @@ def _check(spec: CampaignSpec) -> None:
         "campaign.name",
         "use letters, digits, '.', '_' or '-' (it names the record file)",
     )
+    need(
+        len(spec.campaign.name) <= MAX_NAME,
+        "campaign.name",
+        f"{len(spec.campaign.name)} characters; at most {MAX_NAME} (it names the record file)",
+    )
     need(bool(t.builtin) != bool(t.file), "task", "set exactly one of task.builtin or task.file")
     need(t.group_kind in GROUP_KINDS, "task.group_kind", f"must be one of {', '.join(GROUP_KINDS)}")
     need(len(set(t.class_names)) == len(t.class_names), "task.class_names", "a name is used twice")
@@ -447,6 +456,7 @@ def _check(spec: CampaignSpec) -> None:
     for name in spec.phases.skip:
         need(name in known, "phases.skip", f"unknown phase {name!r} (phases: {', '.join(known)})")
     for name, lim in spec.limits.items():
+        _check_limit_name(name, known)
         need(lim.memory_mb >= 0, f"limits.{name}.memory_mb", "must be ≥ 0")
         need(lim.time_s >= 0, f"limits.{name}.time_s", "must be ≥ 0")
     need(spec.inspect.examples >= 1, "inspect.examples", "must be ≥ 1")
@@ -586,6 +596,15 @@ def _resolve_world(spec: CampaignSpec) -> CampaignSpec:
     return spec
 
 
+def _check_limit_name(name: str, phases: tuple[str, ...]) -> None:
+    """`[limits.NAME]`: a misspelled phase would silently drop its ceiling, so it is refused."""
+    if name == "default" or name in phases:
+        return
+    close = difflib.get_close_matches(name, [*phases, "default"], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise _KeyError(f"limits.{name}", f"unknown phase ({hint}phases: default, {', '.join(phases)})")
+
+
 def _line_of(text: str, key: str) -> int | None:
     """Best-effort line of a dotted key in the TOML text (for messages, not for parsing)."""
     parts = re.sub(r"\[\d+\]", "", key).split(".")
@@ -617,6 +636,8 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: TOML syntax error: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: arrays or tables nested too deeply to be a campaign") from None
     try:
         spec = _build(CampaignSpec, raw, "")
         _check(spec)
@@ -629,15 +650,45 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
     return LoadedSpec(spec=spec, path=path.resolve(), text=text, raw=raw)
 
 
+# A campaign file is a page of TOML; anything this large is a mistake (or /dev/zero).
+MAX_SPEC_BYTES = 1 << 20
+
+
+def read_campaign_text(p: Path) -> str:
+    """The campaign file's text, refusing what is not a regular file of sane size (R24).
+
+    A FIFO would block the read forever and `/dev/zero` would fill the memory: the file is
+    checked after opening (no race with a swap), non-blocking, and read with a bound.
+    """
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise SpecError(f"{p}: campaign file not found") from None
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read campaign file: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SpecError(f"{p}: not a regular file (a campaign is a TOML file)")
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"{p}: {st.st_size:,} bytes; a campaign file is at most {MAX_SPEC_BYTES:,}")
+        try:
+            data = fh.read(MAX_SPEC_BYTES + 1)
+        except OSError as exc:
+            raise SpecError(f"{p}: cannot read campaign file: {exc.strerror or exc}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{p}: more than {MAX_SPEC_BYTES:,} bytes; a campaign file is at most that")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: not UTF-8 text (byte {exc.start}): a campaign is a TOML file") from None
+
+
 def load_spec(path: str | Path) -> LoadedSpec:
     """Read a campaign file from disk."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{p}: campaign file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{p}: cannot read campaign file: {exc}") from None
+    text = read_campaign_text(p)
     loaded = parse_spec(text, p)
     if loaded.spec.task.file and not loaded.resolve(loaded.spec.task.file).is_file():
         line = _line_of(text, "task.file")

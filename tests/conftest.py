@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
+import subprocess
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +63,25 @@ def write_campaign(tmp_path: Path):
         return path
 
     return write
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, options: str) -> Iterator[bool]:
+    """Mount a real small (or read-only) tmpfs at `folder` when this user may; yields whether it did.
+
+    A full or read-only disk is a hardware condition: tests that need one get the real thing
+    where they can (root in CI containers) and say what they fall back to where they cannot.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    ok = (
+        os.geteuid() == 0
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        == 0
+    )
+    try:
+        yield ok
+    finally:
+        if ok:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)

@@ -1,14 +1,17 @@
 """Runner process entry: `python -m pilot_tui.runner.main`.
 
-Reads commands (JSON lines) on stdin, writes events (JSON lines) on a private copy of stdout.
-Anything else the task prints goes to stderr, so user code can never corrupt the protocol.
+Reads commands (JSON lines) on a private copy of stdin, writes events (JSON lines) on a private
+copy of stdout. Anything else the task prints goes to stderr and any read of stdin fails, so user
+code can never corrupt or block the protocol.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -68,8 +71,58 @@ def route(msg: WireMessage, commands: queue.Queue, cancel: threading.Event) -> N
         commands.put(msg)
 
 
-def _read_commands(commands: queue.Queue, cancel: threading.Event) -> None:
-    for line in sys.stdin:
+class NoStdin(io.TextIOBase):
+    """The stdin user code sees: any read fails the phase with a reason that says why (R24).
+
+    The command pipe is private to the protocol: a leftover `breakpoint()` or `input()` would
+    otherwise block on it forever (pdb's prompt in a stderr tail nobody reads).
+    """
+
+    MESSAGE = (
+        "task code read from stdin (input() or breakpoint()?): the runner has no terminal; "
+        "remove the call, or debug the task outside pilot-tui"
+    )
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> str:
+        raise StdinUnavailable(self.MESSAGE)
+
+    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
+        raise StdinUnavailable(self.MESSAGE)
+
+    def isatty(self) -> bool:
+        return False
+
+
+class StdinUnavailable(OSError):
+    """Raised by `NoStdin`: user code tried to read the runner's stdin."""
+
+
+def _private_stdin() -> TextIO:
+    """The command pipe on a private fd; fd 0 becomes /dev/null, `sys.stdin` a `NoStdin`."""
+    commands = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # child processes and C code reading fd 0 see an empty stdin
+    os.close(devnull)
+    sys.stdin = NoStdin()
+    return commands
+
+
+def _ignore_terminal_signals() -> None:
+    """The view alone decides what a Ctrl-C or a hang-up means (cancel, then save).
+
+    The runner shares the view's process group and terminal, so both would get SIGINT/SIGHUP;
+    left to the default the runner would die mid-phase and its row would be lost.
+    """
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _read_commands(commands: queue.Queue, cancel: threading.Event, stream: TextIO) -> None:
+    for line in stream:
         if not line.strip():
             continue
         try:
@@ -115,13 +168,20 @@ def _open(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: thread
     from ..tasks.loader import TaskError, load_task
     from .context import RunContext, pick_device
     from .environment import describe
+    from .worker import task_file_sha256
 
     try:
         loaded = load_spec(cmd.spec_path)
+        # Hashed before the import: fresh worker processes refuse a task file edited since.
+        task_sha = task_file_sha256(loaded)
         task = load_task(loaded)
-        device = pick_device(loaded.spec.batch.device)
+        device = _campaign_key(loaded, "batch.device", pick_device, loaded.spec.batch.device)
         loaded = _resolve_world(loaded, device)
-        ctx = RunContext(loaded, task, device, emit, Path(cmd.work_dir), cancel)
+        key = "split.field" if loaded.spec.split.field else "split"
+        ctx = _campaign_key(loaded, key, RunContext, loaded, task, device, emit, Path(cmd.work_dir), cancel)
+        ctx.memo["task_sha256"] = task_sha
+        # A runner taking over a campaign (a restart, `continue`) gets the rows recorded so far.
+        ctx.rows.extend(cmd.rows)
         if not ctx.splits["train"]:
             raise TaskError(f"{loaded.path}: the train split is empty ({len(task.examples)} examples)")
         if not ctx.splits["validation"]:
@@ -157,6 +217,19 @@ def _open(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: thread
     env = describe(device)
     emit(RunnerReady(pid=os.getpid(), environment=env, dataset=dataset | {"accounting": accounting}))
     return ctx
+
+
+def _campaign_key(loaded, key: str, fn, *args):
+    """`fn(*args)`, a ValueError from it told as bad input naming the campaign file and `key`."""
+    from ..spec import _line_of
+    from ..tasks.loader import TaskError
+
+    try:
+        return fn(*args)
+    except ValueError as exc:
+        line = _line_of(loaded.text, key)
+        where = f"line {line}: " if line else ""
+        raise TaskError(f"{loaded.path}: {where}{key}: {exc}") from None
 
 
 def _warm_lazy_imports() -> None:
@@ -261,10 +334,14 @@ def main() -> int:
     from .determinism import apply_spawn_env
 
     apply_spawn_env(os.environ)  # before torch: cuBLAS reads it when its first handle is made
+    _ignore_terminal_signals()
     channel = Channel(_private_stdout())
+    pipe = _private_stdin()
     commands: queue.Queue = queue.Queue()
     cancel = threading.Event()
-    threading.Thread(target=_read_commands, args=(commands, cancel), daemon=True, name="commands").start()
+    threading.Thread(
+        target=_read_commands, args=(commands, cancel, pipe), daemon=True, name="commands"
+    ).start()
     holder: dict = {}
     stop = threading.Event()
     threading.Thread(target=_counters, args=(channel, holder, stop), daemon=True, name="counters").start()

@@ -20,6 +20,9 @@ OOM_MARKERS = (
     # cuDNN's picker fails this way when no algorithm's workspace fits in what is left.
     "unable to find a valid cudnn algorithm",
     "failed to allocate memory",
+    # The host: torch's CPU allocator under a memory limit (ulimit, a cgroup without swap).
+    "defaultcpuallocator: can't allocate memory",
+    "defaultcpuallocator: not enough memory",
 )
 
 

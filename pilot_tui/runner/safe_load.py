@@ -114,3 +114,17 @@ def load_tensors(
         return load_file(str(p), device=device)
     except (SafetensorError, OSError, ValueError) as exc:
         raise UnsafeLoadError(f"{p}: refused: not a valid safetensors file ({exc})") from None
+
+
+def load_tensors_and_metadata(
+    path: str | Path, provenance: Mapping[str, Any]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """`load_tensors`, plus the file's string metadata (safetensors' header: no code can run)."""
+    from safetensors import SafetensorError, safe_open
+
+    tensors = load_tensors(path, provenance)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return tensors, dict(fh.metadata() or {})
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise UnsafeLoadError(f"{path}: refused: not a valid safetensors file ({exc})") from None

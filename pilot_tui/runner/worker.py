@@ -131,13 +131,25 @@ def start_worker(module: str, args: Sequence[str], out_dir: Path, nproc: int = 1
     return Worker(proc, out_dir, time.monotonic())
 
 
+def task_file_sha256(loaded) -> str:
+    """The sha256 of the campaign's task file ("" for a built-in task)."""
+    return sha256_file(loaded.resolve(loaded.spec.task.file)) if loaded.spec.task.file else ""
+
+
 def context_args(ctx: RunContext) -> list[str]:
-    """What a worker needs to rebuild the campaign: the spec, its hash, the torch threads."""
+    """What a worker needs to rebuild the campaign: the spec and task file hashes, the threads."""
+    # The hash taken when the runner imported the task; computed now only for a context made
+    # without the runner's open (an in-process test).
+    task_sha = ctx.memo.get("task_sha256")
+    if task_sha is None:
+        task_sha = task_file_sha256(ctx.loaded)
     return [
         "--spec",
         str(ctx.loaded.path),
         "--spec-sha256",
         ctx.loaded.sha256,
+        "--task-sha256",
+        task_sha,
         "--threads",
         str(torch.get_num_threads()),
     ]
@@ -149,6 +161,7 @@ def context_args(ctx: RunContext) -> list[str]:
 def add_context_args(parser) -> None:
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--spec-sha256", required=True)
+    parser.add_argument("--task-sha256", default="")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
 
@@ -168,6 +181,7 @@ def worker_context(args) -> RunContext:
     loaded = load_spec(args.spec)
     if loaded.sha256 != args.spec_sha256:
         raise ValueError(f"{args.spec}: the campaign file changed since the runner read it")
+    check_task_file(loaded, args.task_sha256)
     task = load_task(loaded)
     device = pick_device(loaded.spec.batch.device)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started by torchrun: join the new group
@@ -181,6 +195,19 @@ def worker_context(args) -> RunContext:
         backend = loaded.spec.distributed.backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=dt.timedelta(seconds=loaded.spec.distributed.timeout_s))
     return RunContext(loaded, task, device, lambda _msg: None, args.out)
+
+
+def check_task_file(loaded, expected: str) -> None:
+    """Refuse a task file edited since the runner imported it: the fresh process would run other
+    code, and the check would blame the resume (e.g. "batch ids differ") for the edit."""
+    if not loaded.spec.task.file:
+        return
+    now = task_file_sha256(loaded)
+    if now != expected:
+        raise ValueError(
+            f"{loaded.resolve(loaded.spec.task.file)}: the task file changed since the runner imported it "
+            f"(sha256 {expected[:12] or '?'}… then, {now[:12]}… now); rerun the campaign"
+        )
 
 
 def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:

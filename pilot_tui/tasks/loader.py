@@ -92,7 +92,11 @@ def load_task(loaded: LoadedSpec) -> Task:
         if isinstance(exc, TypeError) and loaded.spec.task.builtin and "argument" in str(exc):
             raise TaskError(f"{loaded.path}: task.options: {first_line(str(exc))}") from None
         line = _user_frame(exc, where) if where else ""
-        raise TaskError(f"{origin}: {loaded.spec.task.function}() raised{line}: {_one_line(exc)}") from None
+        # The options come from the campaign: name it and the key, not only the factory.
+        raise TaskError(
+            f"{origin}: {loaded.spec.task.function}() raised{line}: {_one_line(exc)} "
+            f"(task.options in {loaded.path})"
+        ) from None
     if not isinstance(task, Task):
         raise TaskError(f"{origin}: {loaded.spec.task.function}() returned {type(task).__name__}, not a Task")
     if task.kind not in KINDS:

@@ -8,12 +8,14 @@ process never imports torch.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import functools
+import os
+import signal
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,6 +33,7 @@ from ..plan import provisional_plan
 from ..record import LIST_SECTIONS, Record, RecordError
 from ..rows import Memory, StepKey
 from ..session import Session
+from ..text import clean, clean_tree, literal, one_line
 from .commands import PilotCommands
 from .cpu import CpuProbe, CpuSample
 from .footer import QuietFooter
@@ -72,14 +75,15 @@ JOIN_TIMEOUT_S = 15.0  # longer than the session's cancel grace: the runner is k
 RUN_ACTIONS = ("next_step", "run_all", "variant", "cancel_phase", "rerun")
 
 
-def is_record(path: Path) -> bool:
-    """A saved record has `[campaign].id` and `[[phases]]`; a campaign spec has neither."""
+def read_if_record(path: Path) -> Record | None:
+    """The saved record at `path`, or None when it is not one (a campaign spec: the spec loader
+    then names any problem)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return False  # let the spec loader name the problem
-    campaign = data.get("campaign")
-    return isinstance(campaign, dict) and "id" in campaign and "phases" in data
+        record = Record.read(path)
+    except RecordError:
+        return None
+    campaign = record.data.get("campaign")
+    return record if isinstance(campaign, dict) and "id" in campaign else None
 
 
 class PilotApp(App[int]):
@@ -142,8 +146,10 @@ class PilotApp(App[int]):
             self.source = source
         else:
             path = Path(target) if target else DEMO_CAMPAIGN
-            if path.suffix == ".toml" and path.is_file() and is_record(path):
-                self.saved = Record.read(path)  # RecordError: bad input, exit 2
+            # Parsed once: a large record takes a while to parse (tomllib), twice would double it.
+            saved = read_if_record(path) if path.suffix == ".toml" and path.is_file() else None
+            if saved is not None:
+                self.saved = saved
             else:
                 self.source = Session(path, records_dir)  # SpecError: bad input, exit 2
         self.read_only = self.saved is not None
@@ -173,13 +179,19 @@ class PilotApp(App[int]):
         self._nvml_stop = threading.Event()
         self._load_initial()
 
+    def notify(self, message: str, *, title: str = "", **kwargs: Any) -> None:  # type: ignore[override]
+        """Every notification is literal text: reasons and paths come from records and tasks."""
+        kwargs["markup"] = False
+        super().notify(one_line(message), title=one_line(title), **kwargs)
+
     # ------------------------------------------------------------------ state
 
     def _load_initial(self) -> None:
         if self.saved is not None:
-            data = self.saved.data
-            self.title = f"pilot-tui · {data['campaign'].get('name', '?')}"
-            self.sub_title = f"record {self.saved.id} (read-only)"
+            # What is shown, not what is kept: every string inert and bounded (R24).
+            data = clean_tree(self.saved.data)
+            self.title = f"pilot-tui · {one_line(data['campaign'].get('name', '?'), 120)}"
+            self.sub_title = f"record {one_line(data['campaign'].get('id', '?'), 120)} (read-only)"
             for row in data.get("phases", []):
                 gate = gate_from_row(row)
                 key, n = gate.key, 2
@@ -187,8 +199,9 @@ class PilotApp(App[int]):
                     key, n = f"{gate.key}#{n}", n + 1
                 self.gates[key] = gate.with_(key=key)
             self.sections = {k: v for k, v in data.items() if k != "phases"}
-            self.status_text = f"read-only record: {self.saved.path}"
-            self.banner = interrupted_banner(data)
+            self.status_text = f"read-only record: {one_line(self.saved.path)}"
+            # From the record as written (its spec is parsed), the words made inert.
+            self.banner = clean(interrupted_banner(self.saved.data))
             return
         assert self.source is not None
         name = getattr(getattr(self.source, "spec", None), "campaign", None)
@@ -199,8 +212,22 @@ class PilotApp(App[int]):
             self.gates[step.key] = GateState(
                 key=step.key, label=step.label, phase=step.phase, variant=step.variant
             )
+        self._show_continued_record()
         self.status_text = "starting the runner…"
         self.started_at = time.monotonic()
+
+    def _show_continued_record(self) -> None:
+        """`--continue`: the steps the record already holds show their rows, the rest wait."""
+        record = getattr(self.source, "record", None)
+        steps_to_run = getattr(self.source, "steps_to_run", None)
+        if record is None or steps_to_run is None:
+            return
+        pending = {s.key for s in steps_to_run()}
+        for row in clean_tree(record.phases):
+            gate = gate_from_row(row)
+            if gate.key in self.gates and gate.key not in pending:
+                self.gates[gate.key] = gate.with_(label=self.gates[gate.key].label)
+        self.sections = clean_tree({k: v for k, v in record.data.items() if k != "phases"})
 
     def _set_gate(self, gate: GateState) -> None:
         previous = self.gates.get(gate.key)
@@ -224,7 +251,7 @@ class PilotApp(App[int]):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
-        banner = Static(self.banner, id="banner")
+        banner = Static(literal(self.banner), id="banner")
         banner.display = bool(self.banner)
         yield banner
         with TabbedContent(initial="gates", id="tabs"):
@@ -238,7 +265,7 @@ class PilotApp(App[int]):
                 yield BoardPane()
             with TabPane("5 Plan", id="plan"):
                 yield PlanPane()
-        yield Static(self.status_text, id="status")
+        yield Static(literal(self.status_text), id="status")
         yield QuietFooter()
 
     def on_mount(self) -> None:
@@ -262,6 +289,7 @@ class PilotApp(App[int]):
         self.redraw(force_all=True)
         self.query_one("#gate-table").focus()
         self.redraw_timer = self.set_interval(REDRAW_S, self.redraw)
+        self._stop_on_signals()
         if self.runner is not None:
             self._thread(
                 self.runner.run, "runner", "drives the runner process: starts it, runs steps, closes it"
@@ -282,6 +310,23 @@ class PilotApp(App[int]):
             exit_on_error=False,
             description=description,
         )
+
+    def _stop_on_signals(self) -> None:
+        """SIGTERM and SIGHUP (a dropped SSH connection) act as a cancel then a quit: the step in
+        flight gets its row and the record is saved before the app exits (128 + signal)."""
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(sig, self._on_stop_signal, sig)
+
+    def _on_stop_signal(self, signum: int) -> None:
+        if signum == signal.SIGHUP:
+            # The terminal is gone: drawing to it must not fail the shutdown that saves the row.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+        self.stop_workers()  # cancels the running step and waits for its row to be saved
+        self.exit(128 + signum)
 
     def _poll_nvml(self) -> None:
         """Worker thread: cheap NVML queries at ~2 Hz; stops for good when NVML is unavailable."""
@@ -350,7 +395,7 @@ class PilotApp(App[int]):
                 self._last_status = line
                 # One line, cut with "…": a wrapped status would hide its end silently.
                 self.status_bar.update(
-                    Text(line, no_wrap=True, overflow="ellipsis"), layout=False
+                    Text(clean(line), no_wrap=True, overflow="ellipsis"), layout=False
                 )  # one fixed line: no relayout
         self.dirty -= todo
         self.urgent -= todo
@@ -387,9 +432,9 @@ class PilotApp(App[int]):
         """The plan `pilot-tui plan` computes for a saved record without one: once, not per visit."""
         assert self.saved is not None
         try:
-            return provisional_plan(self.saved.data)
+            return clean_tree(provisional_plan(self.saved.data))  # shown: inert (R24)
         except Exception as exc:  # a record too incomplete to plan from: say why
-            return {"error": f"no provisional plan: {type(exc).__name__}: {exc}"}
+            return {"error": clean(f"no provisional plan: {type(exc).__name__}: {exc}")}
 
     def board_decision(self) -> dict[str, Any] | None:
         """`[board]` from the runs so far, as the session computes it (pure: no runner round trip)."""

@@ -6,11 +6,13 @@ change of the runner thread's state. The app's `@on` handlers update reactive st
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from textual.message import Message
 
 from .. import events as ev
+from ..text import clean, clean_tree
 from .cpu import CpuSample
 from .nvml import NvmlSnapshot
 
@@ -63,9 +65,19 @@ WRAPPERS: dict[type[ev.WireMessage], type[RunnerEvent]] = {
 
 
 def wrap(event: ev.WireMessage) -> RunnerEvent | None:
-    """The Textual message for a runner event, or None for events the UI does not show."""
+    """The Textual message for a runner event, or None for events the UI does not show.
+
+    Every string in it is made inert here, the one door through which runner text enters the
+    app (R24): control characters escaped, length bounded.
+    """
     cls = WRAPPERS.get(type(event))
-    return cls(event) if cls else None
+    return cls(inert(event)) if cls else None
+
+
+def inert(event: ev.WireMessage) -> ev.WireMessage:
+    """A copy of `event` whose strings are `clean`ed (see `pilot_tui.text`)."""
+    changes = {f.name: clean_tree(getattr(event, f.name)) for f in dataclasses.fields(event)}
+    return dataclasses.replace(event, **changes)
 
 
 class SessionReady(Message):
@@ -74,7 +86,7 @@ class SessionReady(Message):
     def __init__(self, record_path: Path, environment: dict) -> None:
         super().__init__()
         self.record_path = record_path
-        self.environment = environment
+        self.environment = clean_tree(environment)
 
 
 class SessionFailed(Message):
@@ -82,7 +94,7 @@ class SessionFailed(Message):
 
     def __init__(self, reason: str, dropped: list[str] | None = None) -> None:
         super().__init__()
-        self.reason = reason
+        self.reason = clean(reason)
         self.dropped = list(dropped or [])
 
 
@@ -92,8 +104,8 @@ class NoteWritten(Message):
     def __init__(self, kind: str, data: dict, error: str = "") -> None:
         super().__init__()
         self.kind = kind
-        self.data = data
-        self.error = error
+        self.data = clean_tree(data)
+        self.error = clean(error)
 
 
 class CampaignStopped(SessionFailed):
@@ -111,7 +123,7 @@ class RecordExported(Message):
     def __init__(self, path: Path | None, error: str = "") -> None:
         super().__init__()
         self.path = path
-        self.error = error
+        self.error = clean(error)
 
 
 class NvmlSampled(Message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -28,6 +29,7 @@ def record(tmp_path: Path) -> Record:
     spec_dir.mkdir()
     (spec_dir / "demo.toml").write_text(SPEC_TEXT)
     (spec_dir / "my_task.py").write_text("def make_task():\n    ...\n")
+    task_sha = hashlib.sha256((spec_dir / "my_task.py").read_bytes()).hexdigest()
     rec = Record.create(
         tmp_path / "records",
         record_id="20250101-000000-abcd",
@@ -46,6 +48,8 @@ def record(tmp_path: Path) -> Record:
         accounting={"effective_batch": 2},
         dataset={"examples": 10},
     )
+    # As the session writes it: the task file's path and hash when the campaign opened.
+    rec.data["campaign"]["task_file"] = {"path": str(spec_dir / "my_task.py"), "sha256": task_sha}
     work = rec.path.parent / rec.path.stem
     work.mkdir(parents=True)
     for name, kind in (("model.safetensors", "inference_weights"), ("ckpt.pt", "training_checkpoint")):
@@ -139,3 +143,54 @@ def test_archive_module_does_not_import_torch():
     code = "import sys, pilot_tui.archive; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------------------- nothing leaks (R24)
+
+
+def test_artifacts_outside_the_record_folder_are_never_read(record, tmp_path):
+    """Absolute paths, `..` and symlinks out of the folder: refused before any read or stat."""
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"private key")
+    link = record.path.parent / record.path.stem / "innocent.bin"
+    link.symlink_to(secret)
+    for path in (str(secret), f"../{secret.name}", str(link), "/nonexistent/file"):
+        record.append("artifacts", artifact_entry(secret, "inference_weights") | {"path": path})
+    record.save()
+    out = export_archive(record.path, tmp_path / "arch", with_artifacts=True)
+    manifest = tomllib.loads((out / "manifest.toml").read_text())["artifacts"]
+    states = [m["state"] for m in manifest]
+    assert states[:2] == ["verified", "verified"]
+    # Same state whether the outside file exists or not: nothing is told about it.
+    assert states[2:] == ["outside the record's folder (not read)"] * 4
+    archived = sorted(p.name for p in (out / "artifacts").iterdir())
+    assert archived == ["SHA256SUMS", "ckpt.pt", "model.safetensors"]
+    assert b"private key" not in b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
+
+
+def test_a_crafted_spec_path_cannot_pull_in_another_file(record, tmp_path):
+    """`spec_path` elsewhere + `task.file = "id_rsa"`: not a hashed .py task file, not archived."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "id_rsa").write_text("-----BEGIN PRIVATE KEY-----")
+    record.data["campaign"]["spec_path"] = str(home / "campaign.toml")
+    record.data["campaign"]["spec"]["task"]["file"] = "id_rsa"
+    record.data["campaign"]["task_file"] = {"path": str(home / "id_rsa"), "sha256": "0" * 64}
+    record.save()
+    out = export_archive(record.path, tmp_path / "arch", with_artifacts=True)
+    assert not (out / "id_rsa").exists()
+    assert "PRIVATE KEY" not in "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    assert "not a .py file" in tomllib.loads((out / "manifest.toml").read_text())["task_file"]["state"]
+
+
+def test_an_edited_task_file_is_reported_not_archived(record, tmp_path, capsys):
+    task = Path(record.data["campaign"]["task_file"]["path"])
+    assert export_archive(record.path, tmp_path / "a1").joinpath("my_task.py").is_file()
+    task.write_text("import os\nos.system('echo edited')\n")
+    assert main(["export", str(record.path), "--out", str(tmp_path / "a2")]) == 0
+    assert not (tmp_path / "a2" / "my_task.py").exists()
+    err = capsys.readouterr().err
+    assert "changed since the run" in err and err.count("\n") == 1
+    state = tomllib.loads((tmp_path / "a2" / "manifest.toml").read_text())["task_file"]["state"]
+    assert "changed since the run" in state
+    assert "changed since the run" in (tmp_path / "a2" / "INSTRUCTIONS.md").read_text()

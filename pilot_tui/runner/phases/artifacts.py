@@ -10,6 +10,7 @@ from .. import finiteness
 from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from ..context import RunContext
 from ..control import replay_controls
+from ..control_store import save_controls
 from ..distributed import state as dist_state
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
@@ -93,9 +94,19 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     # the file in a fresh process and must get exactly these (R16).
     controls = replay_controls(ctx.task, state.model, ctx.spec.control.inputs, ctx.max_length, ctx.device)
     ctx.memo.setdefault("control_outputs", {})[entry["sha256"]] = controls
+    # On disk too: a runner that dies before `final` must not cost the comparison.
+    controls_path = dist_state.from_rank0(
+        _unused(ctx.work_dir / f"controls-{variant}-step{state.step}.safetensors")
+    )
+    save_controls(controls, controls_path)
+    controls_entry = artifact_entry(
+        controls_path, "control_outputs", phase="export", variant=variant, step=state.step, of=entry["sha256"]
+    )
+    _record_artifact(ctx, controls_entry)
     return Outcome(
         details={
             "artifact": entry,
+            "controls_file": controls_entry,
             "tensors": len(tensors),
             "size_mb": round(entry["size"] / 2**20, 3),
             "control_outputs": [{"input": c.input, "output": c.output} for c in controls],

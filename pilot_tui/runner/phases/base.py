@@ -21,6 +21,8 @@ from ...steps import Step
 from .. import probes
 from ..context import Cancelled, RunContext
 from ..cuda_fault import POISONED, first_line, is_sticky
+from ..deadline import DeadlineExceeded, phase_deadline
+from ..faults import disk_full_reason, is_cpu_oom, is_disk_full
 from ..oom import is_oom
 from ..probes import MemoryProbe
 
@@ -113,6 +115,11 @@ def finite(x: float) -> bool:
 _is_oom = is_oom
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, float], seconds: float):
     """The declared ceilings of this phase, checked after it ran (R10 on CPU)."""
     limit = ctx.spec.limit_for(run.step.phase)
@@ -148,14 +155,18 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     t0 = time.perf_counter()
     failure: BaseException | None = None
     outcome = Outcome()
+    deadline = None
     try:
         if poison is not None:
             raise PhaseFailure("not run: the CUDA context was already poisoned")
         if body is None:
             raise PhaseFailure(f"no phase named {step.phase!r} in this runner")
-        outcome = body(ctx, run)
+        with phase_deadline(ctx.spec.limit_for(step.phase).time_s, ctx.cancel) as deadline:
+            outcome = body(ctx, run)
     except BaseException as exc:  # a phase never takes the runner down
         failure = exc
+        if deadline is not None and deadline.hit and isinstance(exc, Cancelled):
+            failure = DeadlineExceeded(f"still running at its time_s ceiling of {deadline.seconds:g} s")
     # Outside the except block: the traceback no longer pins the failed tensors, so the memory
     # can really be returned before the next attempt (R10).
     if failure is not None:
@@ -235,10 +246,17 @@ def _drop_partial_grads(ctx: RunContext, step: Step) -> None:
 def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outcome:
     where = {"input": dict(run.current_input)} if run.current_input else {}
     shape = f" on input {run.current_input}" if run.current_input else ""
+    if isinstance(exc, DeadlineExceeded):
+        # Stopped while it ran, not judged after (R24): the row says it hung, and where.
+        return Outcome(FAIL, f"hung: {exc} in {run.step.phase}{shape}; stopped at the deadline", where)
     if isinstance(exc, Cancelled):
         return Outcome(FAIL, "cancelled by the user", where)
     if isinstance(exc, PhaseFailure):
         return Outcome(FAIL, exc.reason, exc.details | where)
+    if is_disk_full(exc, ctx.work_dir):
+        return Outcome(
+            FAIL, disk_full_reason(ctx.work_dir, run.step.phase), where | {"error": _first_line(exc)}
+        )
     if is_oom(exc):
         # This phase's count is the row's `memory.num_ooms`; this one is the runner's lifetime.
         try:
@@ -249,7 +267,13 @@ def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outco
             "runner_num_ooms": int(stats.get("num_ooms", 0)),
             "error": message_line(str(exc)) or type(exc).__name__,
         }
-        return Outcome(FAIL, f"out of memory in {run.step.phase}{shape}", details)
+        host = " (host memory)" if ctx.device.type != "cuda" or is_cpu_oom(exc) else ""
+        if not shape and "microbatch" in run.params:
+            # A phase that did not name its batch: the configuration's shape still says which (R10).
+            p = run.params
+            shape = f" on input microbatch {p['microbatch']} × max length {p.get('max_length', '?')}"
+            details["input"] = {k: p[k] for k in ("microbatch", "max_length") if k in p}
+        return Outcome(FAIL, f"out of memory{host} in {run.step.phase}{shape}", details)
     tb = "".join(traceback.format_exception(exc)[-6:])
     return Outcome(
         FAIL,

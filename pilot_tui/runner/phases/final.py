@@ -14,6 +14,7 @@ import torch
 
 from ..context import RunContext
 from ..control import ControlOutput
+from ..control_store import load_controls
 from ..probes import release_cache
 from ..residency import park_all
 from ..safe_load import UnsafeLoadError
@@ -28,6 +29,20 @@ def latest_export(ctx: RunContext) -> dict[str, Any] | None:
         exported = row.get("name") == "export" and row.get("verdict") != "fail"
         if exported and artifact.get("sha256") and artifact.get("kind") == "inference_weights":
             return artifact
+    return None
+
+
+def _controls_from_disk(ctx: RunContext, entry: dict[str, Any]) -> list[ControlOutput] | None:
+    """The export's control outputs read back from its file (the export ran in an earlier runner)."""
+    for row in reversed(ctx.rows):
+        stored = row.get("details", {}).get("controls_file") or {}
+        if row.get("name") == "export" and stored.get("of") == entry["sha256"]:
+            try:
+                return load_controls(stored)
+            except UnsafeLoadError as exc:
+                raise PhaseFailure(
+                    f"the outputs before the save were refused: {exc}", {"artifact": entry}
+                ) from None
     return None
 
 
@@ -82,6 +97,8 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     if entry is None:
         raise PhaseFailure(_no_export_reason(ctx))
     before: list[ControlOutput] | None = ctx.memo.get("control_outputs", {}).get(entry["sha256"])
+    if before is None:
+        before = _controls_from_disk(ctx, entry)
     if before is None:
         raise PhaseFailure(
             "the outputs before the save were not kept (the export ran in an earlier runner): run export again",

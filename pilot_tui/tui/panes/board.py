@@ -83,14 +83,15 @@ def run_cells(run: dict[str, Any]) -> tuple[Any, ...]:
     stop = run.get("stop_cause", "") or ""
     if stop and run.get("stop_step") is not None:
         stop = f"{stop} @{run['stop_step']}"
+    # Text, never str: a DataTable reads a str cell as markup, and a run id is record text.
     return (
-        run_name(str(run.get("id", "?"))),
-        fmt_value(run.get("lr", "")),
-        str(run.get("seed", "")),
+        Text(run_name(str(run.get("id", "?")))),
+        Text(fmt_value(run.get("lr", ""))),
+        Text(str(run.get("seed", ""))),
         Text(status, style=STATUS_STYLE.get(status, "red" if "fail" in status or "diverg" in status else "")),
-        stop,
-        fmt_value(last_loss(run)) if last_loss(run) is not None else "—",
-        fmt_value(best_validation(run)) if best_validation(run) is not None else "—",
+        Text(str(stop)),
+        Text(fmt_value(last_loss(run)) if last_loss(run) is not None else "—"),
+        Text(fmt_value(best_validation(run)) if best_validation(run) is not None else "—"),
     )
 
 
