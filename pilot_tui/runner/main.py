@@ -168,7 +168,7 @@ def _open(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: thread
     from ..tasks.loader import TaskError, load_task
     from .context import RunContext, pick_device
     from .environment import describe
-    from .worker import task_file_sha256
+    from .fresh_process import task_file_sha256
 
     try:
         loaded = load_spec(cmd.spec_path)

@@ -15,10 +15,10 @@ import torch
 from ..context import RunContext
 from ..control import ControlOutput
 from ..control_store import load_controls
+from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
 from ..probes import release_cache
 from ..residency import park_all
 from ..safe_load import UnsafeLoadError
-from ..worker import EXIT_REFUSED, WorkerFailed, context_args, read_tensors, start_worker
 from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
 
 
@@ -113,8 +113,8 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     park_all(ctx)
     release_cache(ctx.device)
     out_dir = ctx.work_dir / "final-worker"
-    worker = start_worker(
-        "pilot_tui.runner.reload_worker",
+    worker = start_fresh_process(
+        "pilot_tui.runner.reload_process",
         [
             *context_args(ctx),
             "--out",
@@ -130,7 +130,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     )
     try:
         result, seconds = worker.wait(ctx)
-    except WorkerFailed as exc:
+    except FreshProcessFailed as exc:
         what = "refused the artifact" if exc.code == EXIT_REFUSED else f"failed (exit {exc.code})"
         raise PhaseFailure(
             f"the fresh process {what}: {exc}", {"artifact": entry, "worker_stderr": exc.stderr}

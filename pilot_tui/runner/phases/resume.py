@@ -1,7 +1,7 @@
 """`resume`: train k, save everything, resume in a new process for n more, compare (R15).
 
 The uninterrupted run of k + n updates happens here, in the runner; the resumed run happens in
-`resume_worker`, a fresh Python process that knows only the spec and the checkpoint. Both
+`resume_process`, a fresh Python process that knows only the spec and the checkpoint. Both
 observe the same quantities with the same code (`resume_check`).
 
 Test hook (not a spec key): the override `break_resume = "scheduler"` saves the LR scheduler as
@@ -26,11 +26,11 @@ from ..checkpoint import training_state, write_checkpoint
 from ..context import RunContext
 from ..determinism import deterministic
 from ..distributed import state as dist_state
+from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
 from ..probes import release_cache
 from ..residency import park_all
 from ..resume_check import NONDETERMINISTIC_RTOL, compare, final_tensors, next_draws, observe_update
 from ..safe_load import UnsafeLoadError
-from ..worker import EXIT_REFUSED, WorkerFailed, context_args, read_tensors, start_worker
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
 BREAKS = ("scheduler", "data")
@@ -168,8 +168,8 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         return Outcome(details={"k": k, "n": n, "note": "rank 0 resumes in a new process group and compares"})
 
     out_dir = path.with_suffix(".worker")
-    worker = start_worker(
-        "pilot_tui.runner.resume_worker",
+    worker = start_fresh_process(
+        "pilot_tui.runner.resume_process",
         [
             *context_args(ctx),
             "--out",
@@ -191,7 +191,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     ctx.progress(run.step.key, k + n, total, message="resuming in a new process")
     try:
         result, worker_s = worker.wait(ctx)
-    except WorkerFailed as exc:
+    except FreshProcessFailed as exc:
         what = "refused the checkpoint" if exc.code == EXIT_REFUSED else f"failed (exit {exc.code})"
         raise PhaseFailure(
             f"the resumed process {what}: {exc}",

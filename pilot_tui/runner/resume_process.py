@@ -1,6 +1,6 @@
 """The resumed side of the resume check, in a *new process* (R15).
 
-`python -m pilot_tui.runner.resume_worker --spec CAMPAIGN --spec-sha256 H --checkpoint CKPT
+`python -m pilot_tui.runner.resume_process --spec CAMPAIGN --spec-sha256 H --checkpoint CKPT
 --sha256 H --size N --config JSON --updates n --out DIR`
 
 Loads the campaign and the task from scratch, verifies the checkpoint against the sha256 the
@@ -15,21 +15,24 @@ import argparse
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 from .checkpoint import load_training_state, restore_training_state
 from .determinism import deterministic
+from .fresh_process import (
+    add_artifact_args,
+    add_context_args,
+    fresh_process_context,
+    run_fresh_process,
+    write_result,
+)
 from .resume_check import final_tensors, next_draws, observe_update
 from .training import TrainConfig
-from .worker import add_context_args, run_worker_main, worker_context, write_result
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.resume_worker")
+    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.resume_process")
     add_context_args(p)
-    p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("--sha256", required=True, help="the checkpoint's recorded sha256")
-    p.add_argument("--size", type=int, default=None, help="the checkpoint's recorded size in bytes")
+    add_artifact_args(p, "--checkpoint", "checkpoint")
     p.add_argument("--config", required=True, help="the TrainConfig of the checked run, as JSON")
     p.add_argument("--updates", type=int, required=True)
     return p
@@ -37,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def resume(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
-    ctx = worker_context(args)
+    ctx = fresh_process_context(args)
     raw = json.loads(args.config)
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     raw = {key: v for key, v in raw.items() if key in names}  # params() adds derived figures
@@ -74,7 +77,7 @@ def resume(args: argparse.Namespace) -> None:
 
 def main() -> int:
     args = _parser().parse_args()
-    return run_worker_main(lambda: resume(args))
+    return run_fresh_process(lambda: resume(args))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Fresh processes for the resume and final checks (R15, R16), both sides of the pipe.
 
-The runner starts a worker with `python -m pilot_tui.runner.<worker> ...`; the worker loads the
-spec and the task itself (nothing is inherited but the command line), writes its results into
+The runner starts one with `python -m pilot_tui.runner.resume_process ...` (or `reload_process`);
+it loads the spec and the task itself (nothing is inherited but the command line), writes its results into
 an output folder (JSON + safetensors, never a pickle) and exits. Exit code 3 means a load was
 refused (hash, provenance or unsafe content), 2 bad input, 1 anything else.
 """
@@ -30,7 +30,7 @@ EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
 RESULT_FILE = "result.json"
 
 
-class WorkerFailed(Exception):
+class FreshProcessFailed(Exception):
     """The fresh process ended without a result; the message is its last error line."""
 
     def __init__(self, message: str, code: int, stderr: list[str]) -> None:
@@ -40,7 +40,7 @@ class WorkerFailed(Exception):
 
 
 @dataclass
-class Worker:
+class FreshProcess:
     """A started worker process; `wait()` returns its result and the seconds it took."""
 
     proc: subprocess.Popen[str]
@@ -60,7 +60,9 @@ class Worker:
                         ctx.check_cancel()  # raises Cancelled; `finally` kills the worker
                         ctx.heartbeat()
                     if time.monotonic() > deadline:
-                        raise WorkerFailed(f"the fresh process took over {timeout_s:g} s", -1, []) from None
+                        raise FreshProcessFailed(
+                            f"the fresh process took over {timeout_s:g} s", -1, []
+                        ) from None
         finally:
             self.kill()
         seconds = time.monotonic() - self.started
@@ -68,10 +70,10 @@ class Worker:
         if self.proc.returncode != 0:
             last = next((ln for ln in reversed(lines) if ln.startswith("pilot-tui worker:")), "")
             last = last.removeprefix("pilot-tui worker:").strip() or (lines[-1] if lines else "no message")
-            raise WorkerFailed(last, self.proc.returncode, lines[-10:])
+            raise FreshProcessFailed(last, self.proc.returncode, lines[-10:])
         result_path = self.out_dir / RESULT_FILE
         if not result_path.is_file():
-            raise WorkerFailed(f"the fresh process wrote no {RESULT_FILE}", 0, lines[-10:])
+            raise FreshProcessFailed(f"the fresh process wrote no {RESULT_FILE}", 0, lines[-10:])
         return json.loads(result_path.read_text()), seconds
 
     def kill(self) -> None:
@@ -101,7 +103,7 @@ def without_torchrun_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in TORCHRUN_ENV and not k.startswith("TORCHELASTIC_")}
 
 
-def start_worker(module: str, args: Sequence[str], out_dir: Path, nproc: int = 1) -> Worker:
+def start_fresh_process(module: str, args: Sequence[str], out_dir: Path, nproc: int = 1) -> FreshProcess:
     """Start `python -m module args...`; its stdout and stderr are captured, never inherited
     (the runner's stdout is the event protocol). With `nproc` > 1 it is a new torchrun process
     group of that many ranks (a resume under DDP/FSDP is verified in a *new* group, R22)."""
@@ -128,7 +130,7 @@ def start_worker(module: str, args: Sequence[str], out_dir: Path, nproc: int = 1
         text=True,
         env=env,
     )
-    return Worker(proc, out_dir, time.monotonic())
+    return FreshProcess(proc, out_dir, time.monotonic())
 
 
 def task_file_sha256(loaded) -> str:
@@ -166,7 +168,14 @@ def add_context_args(parser) -> None:
     parser.add_argument("--out", type=Path, required=True)
 
 
-def worker_context(args) -> RunContext:
+def add_artifact_args(parser, flag: str, what: str) -> None:
+    """The file to load and the provenance the record holds for it (R17: path + hash + size)."""
+    parser.add_argument(flag, type=Path, required=True)
+    parser.add_argument("--sha256", required=True, help=f"the {what}'s recorded sha256")
+    parser.add_argument("--size", type=int, default=None, help=f"the {what}'s recorded size in bytes")
+
+
+def fresh_process_context(args) -> RunContext:
     """Load the spec and the task from scratch, as the runner did; refuse a changed spec."""
     from ..spec import load_spec
     from ..tasks.loader import load_task
@@ -240,7 +249,7 @@ def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     return load_tensors(entry["path"], entry)
 
 
-def run_worker_main(body) -> int:
+def run_fresh_process(body) -> int:
     """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code."""
     from ..spec import SpecError
     from ..tasks.loader import TaskError

@@ -1,6 +1,6 @@
 """The final reload, in a *fresh process* (R16, R17).
 
-`python -m pilot_tui.runner.reload_worker --spec CAMPAIGN --spec-sha256 H --artifact FILE
+`python -m pilot_tui.runner.reload_process --spec CAMPAIGN --spec-sha256 H --artifact FILE
 --sha256 H --size N --out DIR`
 
 Builds the task's model from scratch, loads the exported safetensors only after checking them
@@ -10,24 +10,27 @@ against the sha256 the record holds, replays the campaign's control inputs and w
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from .control import replay_controls
+from .fresh_process import (
+    add_artifact_args,
+    add_context_args,
+    fresh_process_context,
+    run_fresh_process,
+    write_result,
+)
 from .safe_load import load_tensors
-from .worker import add_context_args, run_worker_main, worker_context, write_result
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.reload_worker")
+    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.reload_process")
     add_context_args(p)
-    p.add_argument("--artifact", type=Path, required=True)
-    p.add_argument("--sha256", required=True, help="the artifact's recorded sha256")
-    p.add_argument("--size", type=int, default=None, help="the artifact's recorded size in bytes")
+    add_artifact_args(p, "--artifact", "artifact")
     return p
 
 
 def reload(args: argparse.Namespace) -> None:
-    ctx = worker_context(args)
+    ctx = fresh_process_context(args)
     provenance = {"path": str(args.artifact), "sha256": args.sha256, "size": args.size}
     tensors = load_tensors(args.artifact, provenance)
     model = ctx.task.build_model()
@@ -54,7 +57,7 @@ def reload(args: argparse.Namespace) -> None:
 
 def main() -> int:
     args = _parser().parse_args()
-    return run_worker_main(lambda: reload(args))
+    return run_fresh_process(lambda: reload(args))
 
 
 if __name__ == "__main__":
