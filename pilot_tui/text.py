@@ -39,22 +39,21 @@ def clean(value: Any, limit: int = MAX_CHARS) -> str:
 
     Newlines and tabs are kept (multi-line reasons and tracebacks stay readable).
     """
-    text = value if isinstance(value, str) else str(value)
-    cut = ""
-    if len(text) > limit:
-        cut = f"… ({len(text) - limit:,} more characters)"
-        text = text[:limit]
-    return _UNSAFE.sub(_escape, text) + cut
+    return _bounded(value, limit, _UNSAFE)
 
 
 def one_line(value: Any, limit: int = MAX_CHARS) -> str:
     """Like `clean`, and newlines and tabs escaped too: for one terminal line (headless, errors)."""
+    return _bounded(value, limit, _UNSAFE_LINE)
+
+
+def _bounded(value: Any, limit: int, unsafe: re.Pattern[str]) -> str:
     text = value if isinstance(value, str) else str(value)
     cut = ""
     if len(text) > limit:
         cut = f"… ({len(text) - limit:,} more characters)"
         text = text[:limit]
-    return _UNSAFE_LINE.sub(_escape, text) + cut
+    return unsafe.sub(_escape, text) + cut
 
 
 def clean_tree(value: Any, limit: int = MAX_CHARS) -> Any:

@@ -173,7 +173,7 @@ def test_oom_in_eval_longest_is_a_result_and_the_next_variant_runs(bounded_campa
     assert rows["first_step@long"]["verdict"] == "pass"
     failed = rows["eval_longest@long"]
     assert failed["verdict"] == "fail"
-    assert "out of memory in eval_longest" in failed["reason"]
+    assert "out of memory" in failed["reason"] and "in eval_longest on input" in failed["reason"]
     assert failed["details"]["input"] == {"microbatch": 2, "max_length": 32, "shape": [2, 32]}
     assert "runner_num_ooms" in failed["details"]  # lifetime; the per-phase count is memory.num_ooms
     # The runner survived: the next variant runs and passes all three phases.
