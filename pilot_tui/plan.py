@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -572,7 +572,7 @@ def _assumptions(
     return out
 
 
-def tf32_note(environment: Mapping[str, Any], rows: Any) -> str | None:
+def tf32_note(environment: Mapping[str, Any], rows: Iterable[PhaseRow]) -> str | None:
     """A line when fp32 steps were timed on a GPU with TF32 off (the [environment] says so).
 
     TF32 makes fp32 matmuls several times faster on Ampere and later: a plan timed without it
@@ -581,9 +581,7 @@ def tf32_note(environment: Mapping[str, Any], rows: Any) -> str | None:
     if not str(environment.get("device", "")).startswith("cuda") or environment.get("tf32_matmul", True):
         return None
     timed = sorted(
-        str(r.get("step", r.get("name", "")))
-        for r in rows
-        if r.get("name") in ("first_step", "steady") and (r.get("params") or {}).get("precision") == "fp32"
+        r.key for r in rows if r.name in ("first_step", "steady") and r.params.get("precision") == "fp32"
     )
     if not timed:
         return None
