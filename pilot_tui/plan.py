@@ -773,13 +773,11 @@ def gpu_need(rows: Mapping[str, PhaseRow], config: str, headroom: float) -> dict
     no other process shares). None on CPU: there is no GPU figure to give.
     """
     peak, context = 0.0, 0.0
-    for row in rows.values():
-        if row.variant != config or row.name == "stack":
+    for row in own_rows(config, rows):  # its own configuration's rows, as the sheet's peak
+        if not row.memory.on_cuda:
             continue
+        peak = max(peak, row.memory.peak() or 0.0)
         memory = row.memory.values
-        if "peak_reserved_mb" not in memory:
-            continue
-        peak = max(peak, num(memory["peak_reserved_mb"]))
         if "nvml_used_mb" in memory:
             context = max(context, num(memory["nvml_used_mb"]) - num(memory.get("reserved_mb")))
     if peak <= 0:
