@@ -21,15 +21,6 @@ from .text import one_line
 MARKS = {"pass": "✓", "warn": "!", "fail": "✗"}
 
 
-def memory_summary(memory: dict[str, float]) -> str:
-    """Compact: peak allocated and reserved side by side, never summed (R6); RSS on CPU."""
-    if "peak_reserved_mb" in memory:
-        return f"alloc {memory.get('peak_allocated_mb', 0):.0f}/res {memory['peak_reserved_mb']:.0f} MiB"
-    if "peak_rss_mb" in memory:
-        return f"RSS {memory['peak_rss_mb']:.0f} MiB"
-    return "no memory"
-
-
 def fit(text: str, width: int) -> str:
     """`text` cut to `width` characters, ending in "…" when cut."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
@@ -46,7 +37,7 @@ def phase_line(data: dict, width: int | None = 80) -> str:
     took = f"{row.duration_s:7.2f} s" if row.duration_s is not None else "      — "
     head = (
         f"{MARKS.get(row.verdict, '?')} {one_line(row.verdict, 20):<4} {label:<20} {took} "
-        f"{memory_summary(dict(row.memory.values) or dict(data.get('memory') or {})):<17} "
+        f"{row.memory.compact():<17} "
     )
     line = head + one_line(row.reason, 1000)
     return line if width is None else fit(line, width)

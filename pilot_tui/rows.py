@@ -130,6 +130,14 @@ class Memory:
             return f"peak RSS {self.peak_rss_mb:.0f} MiB"
         return "no memory reading"
 
+    def compact(self) -> str:
+        """`summary()` in few characters, for a line of 80 columns: `alloc A/res R MiB` or `RSS X MiB`."""
+        if self.on_cuda:
+            return f"alloc {self.peak_allocated_mb or 0:.0f}/res {self.peak_reserved_mb or 0:.0f} MiB"
+        if self.peak_rss_mb is not None:
+            return f"RSS {self.peak_rss_mb:.0f} MiB"
+        return "no memory"
+
     def peaks(self) -> dict[str, float]:
         """Every peak counter present, by record key."""
         return {k: v for k in PEAK_KEYS if (v := getattr(self, k)) is not None}

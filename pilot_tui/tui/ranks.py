@@ -11,17 +11,19 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from ..rows import Memory
+
 BAR = 12  # characters of the widest rank's memory bar
 STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
 
 def rank_peak(entry: Mapping[str, Any]) -> tuple[str, float | None]:
     """The figure a rank's memory is judged by: peak reserved on CUDA, peak RSS on CPU."""
-    for key, label in (("peak_reserved_mb", "peak reserved"), ("peak_rss_mb", "peak RSS")):
-        value = entry.get(key)
-        if isinstance(value, int | float):
-            return label, float(value)
-    return "peak", None
+    memory = Memory.from_toml(entry)  # rows.Memory decides which counter
+    value = memory.peak()
+    if value is None:
+        return "peak", None
+    return memory.peak_name.removesuffix("_mb").replace("_", " ").replace("rss", "RSS"), value
 
 
 def _bar(value: float | None, top: float) -> str:

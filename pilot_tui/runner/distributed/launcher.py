@@ -17,6 +17,7 @@ import torch
 
 from ... import phase_table
 from ...events import PhaseFinished, PhaseStarted, decode
+from ...rows import Memory
 from ...spec import LoadedSpec
 from ...steps import Step
 from ..context import Cancelled, RunContext
@@ -142,7 +143,7 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
 
 
 def _peak(memory: dict[str, Any]) -> float:
-    return float(memory.get("peak_reserved_mb", memory.get("peak_rss_mb", 0.0)) or 0.0)
+    return Memory.from_toml(memory).peak() or 0.0  # rows.Memory decides which counter
 
 
 def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
