@@ -836,11 +836,13 @@ def annotate(plan: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
         if busy and busy not in caveats:
             caveats.append(busy)
         threads = steady.get("torch_threads")
-        if isinstance(threads, int) and f"threads {threads}" not in " ".join(caveats):
-            caveats.append(
+        if isinstance(threads, int):
+            line = (
                 f"step times hold at the pilot's torch thread count ({threads} threads "
                 f"on {steady.get('cpu_count', '?')} cores): another thread count or other load changes them"
             )
+            if line not in caveats:  # one line per distinct count, not one per configuration
+                caveats.append(line)
     if "provisional" in plan:
         caveats.insert(0, str(plan["provisional"]))
     plan["caveats"] = caveats

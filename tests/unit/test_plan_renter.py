@@ -98,3 +98,13 @@ def test_headless_phase_lines_fit_80_columns(data) -> None:
         assert line.split()[1] == row["verdict"]
         if len(str(row.get("reason", ""))) > 40:
             assert line.endswith("…")
+
+
+def test_the_thread_count_caveat_is_said_once_for_every_configuration(data) -> None:
+    cut = copy.deepcopy(data)
+    for row in cut["phases"]:
+        if row["name"] == "steady":
+            row["details"] |= {"torch_threads": 1, "cpu_count": 2}
+    caveats = plan.compute_plan(cut)["caveats"]
+    assert len(plan.compute_plan(cut)["package"]["order"]) > 1
+    assert sum("torch thread count" in c for c in caveats) == 1
