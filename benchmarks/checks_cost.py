@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-from pilot_tui.leakage import check_splits
+from pilot_tui.analysis.leakage import check_splits
+from pilot_tui.analysis.splits import group_split, period_key
 from pilot_tui.runner import finiteness
 from pilot_tui.runner.inspection import batches, inspect_task, model_output, seen_digests
 from pilot_tui.runner.phases.train_steps import gradless
-from pilot_tui.splits import group_split, period_key
 from pilot_tui.tasks import demo_classify, demo_instruct
 from pilot_tui.tasks.contract import Task
 

@@ -30,8 +30,8 @@ TARGET_S = 60.0
 def main() -> int:
     source = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "campaigns" / "demo.toml"
     raw = tomllib.loads(source.read_text())
-    from pilot_tui.events import PhaseFinished
-    from pilot_tui.session import Session
+    from pilot_tui.core.events import PhaseFinished
+    from pilot_tui.session.driver import Session
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / source.name
@@ -61,9 +61,9 @@ def main() -> int:
 
         import torch
 
+        from pilot_tui.core.spec import load_spec
         from pilot_tui.runner.context import RunContext, pick_device
         from pilot_tui.runner.training import train_update
-        from pilot_tui.spec import load_spec
         from pilot_tui.tasks.loader import load_task
 
         loaded = load_spec(path)

@@ -41,14 +41,14 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from pilot_tui.core.spec import load_spec  # noqa: E402
+from pilot_tui.core.steps import Step  # noqa: E402
 from pilot_tui.runner.context import RunContext, pick_device  # noqa: E402
 from pilot_tui.runner.data import UpdateSampler  # noqa: E402
 from pilot_tui.runner.main import Channel, _counters  # noqa: E402
 from pilot_tui.runner.phases import execute  # noqa: E402
 from pilot_tui.runner.probes import synchronize  # noqa: E402
 from pilot_tui.runner.training import TrainConfig, lr_lambda, seed_everything  # noqa: E402
-from pilot_tui.spec import load_spec  # noqa: E402
-from pilot_tui.steps import Step  # noqa: E402
 from pilot_tui.tasks.contract import CAUSAL_LM, Task  # noqa: E402
 from pilot_tui.tasks.loader import load_task  # noqa: E402
 
@@ -221,7 +221,7 @@ def hf_campaign(folder: Path) -> Path:
     sys.path.insert(0, str(REPO / "tests" / "hf"))
     import build
 
-    from pilot_tui.init_campaign import init_campaign
+    from pilot_tui.commands.init import init_campaign
 
     rows = build.chat_rows(n=160)
     data = build.write_jsonl(folder / "chat.jsonl", rows)

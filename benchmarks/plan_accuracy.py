@@ -30,9 +30,9 @@ import tomli_w
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pilot_tui.phase_table import in_group  # noqa: E402
-from pilot_tui.plan import compute_plan  # noqa: E402
-from pilot_tui.session import Session  # noqa: E402
+from pilot_tui.analysis.plan import compute_plan  # noqa: E402
+from pilot_tui.core.phase_table import in_group  # noqa: E402
+from pilot_tui.session.driver import Session  # noqa: E402
 
 DEMO = REPO / "campaigns" / "demo.toml"
 

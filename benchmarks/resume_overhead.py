@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 from pilot_tui import DEMO_CAMPAIGN
-from pilot_tui.session import Session
+from pilot_tui.session.driver import Session
 
 
 def _builtin(spec: Path) -> bool:

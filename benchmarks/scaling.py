@@ -27,9 +27,9 @@ import tomli_w
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pilot_tui.events import PhaseFinished  # noqa: E402
-from pilot_tui.plan import estimate, newest_rows, spec_of  # noqa: E402
-from pilot_tui.session import Session  # noqa: E402
+from pilot_tui.analysis.plan import estimate, newest_rows, spec_of  # noqa: E402
+from pilot_tui.core.events import PhaseFinished  # noqa: E402
+from pilot_tui.session.driver import Session  # noqa: E402
 
 SKIP = ["inspect", "split", "overfit", "lr_run", "resume", "final", "save", "export", "eval_longest"]
 

@@ -229,8 +229,8 @@ def campaign(folder: Path) -> Path:
 
 
 def bench_steps() -> list[str]:
-    from pilot_tui.spec import load_spec
-    from pilot_tui.steps import campaign_steps
+    from pilot_tui.core.spec import load_spec
+    from pilot_tui.core.steps import campaign_steps
 
     folder = Path(os.environ.get("BENCH_DIR", tempfile.gettempdir()))
     return [s.key for s in campaign_steps(load_spec(folder / "bench.toml").spec)]

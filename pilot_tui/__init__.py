@@ -4,9 +4,9 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
-# The demo campaigns ship inside the package (`pilot_tui/campaigns/`), so a plain `pip install .`
-# can run them; a source checkout keeps the readable copy at the top (`campaigns/`, identical,
-# checked by a test) and uses it, with its `records/` folder beside it.
+# The demo campaigns have one copy, `campaigns/` at the top of a checkout (used there, with its
+# `records/` folder beside it); the wheel ships that folder as `pilot_tui/campaigns/` (setup.py), so
+# a plain `pip install .` can run them.
 PACKAGED_CAMPAIGNS = Path(__file__).resolve().parent / "campaigns"
 _CHECKOUT_CAMPAIGNS = Path(__file__).resolve().parent.parent / "campaigns"
 CAMPAIGNS_DIR = _CHECKOUT_CAMPAIGNS if (_CHECKOUT_CAMPAIGNS / "demo.toml").is_file() else PACKAGED_CAMPAIGNS

@@ -22,7 +22,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from pilot_tui import DEMO_CAMPAIGN  # noqa: E402
-from pilot_tui.session import replay_session  # noqa: E402
+from pilot_tui.session.driver import replay_session  # noqa: E402
 from pilot_tui.tui.app import PilotApp  # noqa: E402
 
 DATA = REPO / "tests" / "tui" / "data"

@@ -25,7 +25,7 @@ def report_estimate(
     data: dict[str, Any], check: Callable[[bool, str], bool] | None = None
 ) -> list[dict[str, Any]]:
     """Print estimate / measured per configuration; with `check`, each training ratio is a check."""
-    from pilot_tui.estimate import plan_view
+    from pilot_tui.analysis.memory_estimate import plan_view
 
     view = plan_view(data)
     if view is None:

@@ -11,13 +11,14 @@ from typing import Any
 
 import torch
 
-from ..accounting import account
-from ..events import PhaseProgress, WireMessage
-from ..spec import LoadedSpec, VariantSpec
-from ..splits import field_split, group_split
+from ..analysis.splits import field_split, group_split
+from ..analysis.variants import accumulation_for
+from ..core.accounting import account
+from ..core.events import PhaseProgress, WireMessage
+from ..core.spec import LoadedSpec, VariantSpec
 from ..tasks.contract import Task
-from ..variants import accumulation_for
 from .distributed import state as dist_state
+from .residency import park_others, unpark
 from .training import TrainConfig, TrainState, build_state
 
 
@@ -182,11 +183,13 @@ class RunContext:
             self.parked.discard(variant)
             current = self.states[variant] = self.new_state(config)
         elif variant in self.parked:
-            from .residency import unpark
-
             unpark(current, self.device)
             self.parked.discard(variant)
         return current
+
+    def park_all(self) -> list[str]:
+        """Park every training state of the runner: before a fit search or a fresh worker process."""
+        return park_others(self.states, None, self.parked, self.device)
 
     def with_config(self, variant: str, **changes: Any) -> TrainConfig:
         return replace(self.config(variant), **changes)

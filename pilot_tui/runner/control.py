@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..reasons import exception_line
+from ..core.reasons import exception_line
 from ..tasks.contract import CAUSAL_LM, Task
 from . import objective
 from .training import to_device

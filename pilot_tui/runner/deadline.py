@@ -4,7 +4,7 @@ At the deadline the phase is stopped: in the runner's main thread (where phases 
 raises `DeadlineExceeded` right where the code is — a `time.sleep`, a lock wait or a Python loop
 in user code — and the cancel flag is set for the phases' own safe points. Code that blocks
 signals and never reaches a safe point is the view's job: it kills the runner after a grace
-(`pilot_tui.watchdog`).
+(`pilot_tui.session.watchdog`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..revision import code_revision
+from ..core.revision import code_revision
 
 
 def describe(device: torch.device) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from ..hashing import sha256_file
-from ..reasons import exception_line, first_line
+from ..core.hashing import sha256_file
+from ..core.reasons import exception_line, first_line
 from .context import RunContext
 from .determinism import apply_spawn_env
 from .safe_load import load_tensors
@@ -177,7 +177,7 @@ def add_artifact_args(parser, flag: str, what: str) -> None:
 
 def fresh_process_context(args) -> RunContext:
     """Load the spec and the task from scratch, as the runner did; refuse a changed spec."""
-    from ..spec import load_spec
+    from ..core.spec import load_spec
     from ..tasks.loader import load_task
     from .context import pick_device
     from .lifetime import die_with_parent
@@ -251,7 +251,7 @@ def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 def run_fresh_process(body) -> int:
     """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code."""
-    from ..spec import SpecError
+    from ..core.spec import SpecError
     from ..tasks.loader import TaskError
     from .safe_load import UnsafeLoadError
 

@@ -11,8 +11,8 @@ import queue
 import threading
 from typing import Any
 
-from ..events import Shutdown, WireMessage
-from ..link import LinkTimeout
+from ..core.events import Shutdown, WireMessage
+from ..session.link import LinkTimeout
 
 _EOF = object()
 

@@ -22,7 +22,18 @@ from typing import Any
 
 import torch
 
-from ..checks import FAIL, PASS, SHOW_IDS, WARN, Check, CheckResult, listing, paused_gc, pct, verdict_of
+from ..analysis.checks import (
+    FAIL,
+    PASS,
+    SHOW_IDS,
+    WARN,
+    Check,
+    CheckResult,
+    listing,
+    paused_gc,
+    pct,
+    verdict_of,
+)
 from ..tasks.contract import CAUSAL_LM, Batch, Task
 
 # Examples collated per batch when scanning the whole dataset.

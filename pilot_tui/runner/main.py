@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from ..events import (
+from ..core.events import (
     BadInput,
     Cancel,
     Counters,
@@ -33,7 +33,7 @@ from ..events import (
     WireMessage,
     decode,
 )
-from ..reasons import exception_line
+from ..core.reasons import exception_line
 from .lifetime import die_with_parent
 
 COUNTER_PERIOD_S = 0.5
@@ -162,9 +162,9 @@ def leave_a_core_for_the_view() -> int:
     return torch.get_num_threads()
 
 
-def _open(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: threading.Event):
+def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: threading.Event):
     """Load spec and task; report BadInput for anything the user must fix."""
-    from ..spec import SpecError, load_spec
+    from ..core.spec import SpecError, load_spec
     from ..tasks.loader import TaskError, load_task
     from .context import RunContext, pick_device
     from .environment import describe
@@ -221,7 +221,7 @@ def _open(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: thread
 
 def _campaign_key(loaded, key: str, fn, *args):
     """`fn(*args)`, a ValueError from it told as bad input naming the campaign file and `key`."""
-    from ..spec import _line_of
+    from ..core.spec import _line_of
     from ..tasks.loader import TaskError
 
     try:
@@ -275,7 +275,7 @@ def serve(
     `holder` shares the open context and whether a step runs with the counters thread. Returns
     True when it ended because a step poisoned the CUDA context (the process must end too).
     """
-    from ..steps import campaign_steps, find_step
+    from ..core.steps import campaign_steps, find_step
 
     ctx = None
     while True:
@@ -287,7 +287,7 @@ def serve(
                 emit(cmd)
             elif isinstance(cmd, OpenCampaign):
                 _close_ranks(ctx)
-                ctx = holder["ctx"] = _open(cmd, emit, cancel)
+                ctx = holder["ctx"] = open_campaign(cmd, emit, cancel)
             elif isinstance(cmd, RunStep):
                 if ctx is None:
                     emit(RunnerError(message="no campaign is open"))

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import torch
 
-from ..rows import Memory
+from ..core.rows import Memory
 from .nvml_view import NvmlView
 
 MIB = 1024 * 1024

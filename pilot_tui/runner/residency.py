@@ -9,14 +9,10 @@ parked in host memory while a variant runs and come back when a phase asks for t
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import torch
 
 from .training import TrainState
-
-if TYPE_CHECKING:
-    from .context import RunContext
 
 MIB = 1024 * 1024
 
@@ -94,8 +90,3 @@ def park_others(
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return sorted(parked & set(states))
-
-
-def park_all(ctx: RunContext) -> list[str]:
-    """Park every training state of the runner: before a fit search or a fresh worker process."""
-    return park_others(ctx.states, None, ctx.parked, ctx.device)

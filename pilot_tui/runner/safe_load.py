@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..hashing import sha256_file
+from ..core.hashing import sha256_file
 
 MIN_TORCH = (2, 6)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..checks import FAIL, PASS, Check, listing
+from ..analysis.checks import FAIL, PASS, Check, listing
 from . import hf_chat, hf_model
 from .contract import CAUSAL_LM, Example, Task
 from .hf_data import TRAIN_ON, ChatLayout, DataError, load_lm_examples

@@ -99,7 +99,7 @@ def ensure_pad(tok: Any) -> str:
 
 
 def _line(exc: BaseException) -> str:
-    from ..reasons import exception_line
+    from ..core.reasons import exception_line
 
     return exception_line(exc)
 

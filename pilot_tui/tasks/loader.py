@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..reasons import exception_line, first_line
-from ..spec import LoadedSpec
+from ..core.reasons import exception_line, first_line
+from ..core.spec import LoadedSpec
 from .contract import KINDS, Task
 from .hf_data import DataError
 

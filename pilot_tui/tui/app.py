@@ -28,12 +28,14 @@ from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import Header, Static, TabbedContent, TabPane
 
-from .. import DEMO_CAMPAIGN, board, phase_table
-from ..plan import provisional_plan
-from ..record import LIST_SECTIONS, Record, RecordError
-from ..rows import Memory, StepKey
-from ..session import Session
-from ..text import clean, clean_tree, literal, one_line
+from .. import DEMO_CAMPAIGN
+from ..analysis import board
+from ..analysis.plan import provisional_plan
+from ..core import phase_table
+from ..core.record import LIST_SECTIONS, Record, RecordError
+from ..core.rows import Memory, StepKey
+from ..core.text import clean, clean_tree, literal, one_line
+from ..session.driver import Session
 from .commands import PilotCommands
 from .cpu import CpuProbe, CpuSample
 from .footer import QuietFooter
@@ -738,7 +740,7 @@ class PilotApp(App[int]):
         """Live: into the session's record on the runner thread (between saves); saved: the file."""
         if not answer:
             return
-        from .. import notes
+        from ..core import notes
 
         if self.runner is None:
             assert self.saved is not None
@@ -829,8 +831,8 @@ def interrupted_banner(data: dict[str, Any]) -> str:
         return ""
     done = {str(r.get("step")) for r in data.get("phases") or [] if isinstance(r, dict)}
     try:
-        from ..plan import spec_of
-        from ..steps import campaign_steps
+        from ..analysis.plan import spec_of
+        from ..core.steps import campaign_steps
 
         planned = [s.key for s in campaign_steps(spec_of(data))]
     except Exception:

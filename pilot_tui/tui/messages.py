@@ -1,6 +1,6 @@
 """Textual messages the background workers post to the app (never widget calls from a thread).
 
-Each wraps one immutable value: a runner event from `pilot_tui.events`, an NVML snapshot, or a
+Each wraps one immutable value: a runner event from `pilot_tui.core.events`, an NVML snapshot, or a
 change of the runner thread's state. The app's `@on` handlers update reactive state on the UI thread.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from textual.message import Message
 
-from .. import events as ev
-from ..text import clean, clean_tree
+from ..core import events as ev
+from ..core.text import clean, clean_tree
 from .cpu import CpuSample
 from .nvml import NvmlSnapshot
 
@@ -75,7 +75,7 @@ def wrap(event: ev.WireMessage) -> RunnerEvent | None:
 
 
 def inert(event: ev.WireMessage) -> ev.WireMessage:
-    """A copy of `event` whose strings are `clean`ed (see `pilot_tui.text`)."""
+    """A copy of `event` whose strings are `clean`ed (see `pilot_tui.core.text`)."""
     changes = {f.name: clean_tree(getattr(event, f.name)) for f in dataclasses.fields(event)}
     return dataclasses.replace(event, **changes)
 

@@ -11,7 +11,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ..rows import Memory
+from ..core.rows import Memory
 
 BAR = 12  # characters of the widest rank's memory bar
 STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red"}

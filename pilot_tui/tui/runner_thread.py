@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 from textual.message import Message
 
-from .. import events as ev
-from .. import phase_table
-from ..record import Record
-from ..rows import PhaseRow
-from ..steps import Step
+from ..core import events as ev
+from ..core import phase_table
+from ..core.record import Record
+from ..core.rows import PhaseRow
+from ..core.steps import Step
 from .messages import CampaignStopped, RecordExported, RunnerIdle, SessionFailed, SessionReady, wrap
 
 

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from ..spec import PRECISIONS
+from ..core.spec import PRECISIONS
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..rows import Memory, PhaseRow
+from ..core.rows import Memory, PhaseRow
 
 WAITING, QUEUED, RUNNING = "waiting", "queued", "running"
 PASS, WARN, FAIL = "pass", "warn", "fail"

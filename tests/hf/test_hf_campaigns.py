@@ -17,11 +17,11 @@ import pytest
 import tomli_w
 import torch
 
-from pilot_tui.cli import main as cli_main
+from pilot_tui.commands.cli import main as cli_main
+from pilot_tui.core.spec import load_spec
+from pilot_tui.core.steps import Step, campaign_steps
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.phases.base import execute
-from pilot_tui.spec import load_spec
-from pilot_tui.steps import Step, campaign_steps
 from pilot_tui.tasks.loader import TaskError, load_task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,11 +208,11 @@ def test_a_bad_model_dir_under_run_is_one_bad_input_line(hf, tmp_path):
     raw["task"]["options"]["model"] = "no-such-model"
     spec.write_text(tomli_w.dumps(raw))
     # The runner's open path, in this process: what it would send to the view (exit 2 there).
-    from pilot_tui.events import OpenCampaign
-    from pilot_tui.runner.main import Channel, _open
+    from pilot_tui.core.events import OpenCampaign
+    from pilot_tui.runner.main import Channel, open_campaign
 
     out = io.StringIO()
-    _open(
+    open_campaign(
         OpenCampaign(spec_path=str(spec), work_dir=str(tmp_path / "work")),
         Channel(out).emit,
         threading.Event(),

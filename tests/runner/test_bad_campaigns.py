@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from pilot_tui.events import OpenCampaign
+from pilot_tui.core.events import OpenCampaign
 
 BAD = REPO / "tests" / "data" / "bad"
 
@@ -46,10 +46,12 @@ CLI_CASES: dict[str, str] = {
 
 def open_in_runner(spec: Path, work_dir: Path) -> list[dict]:
     """The runner's open path, in this process: the events it would send to the view."""
-    from pilot_tui.runner.main import Channel, _open
+    from pilot_tui.runner.main import Channel, open_campaign
 
     out = io.StringIO()
-    _open(OpenCampaign(spec_path=str(spec), work_dir=str(work_dir)), Channel(out).emit, threading.Event())
+    open_campaign(
+        OpenCampaign(spec_path=str(spec), work_dir=str(work_dir)), Channel(out).emit, threading.Event()
+    )
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 

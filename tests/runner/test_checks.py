@@ -18,10 +18,10 @@ import pytest
 import tomli_w
 from conftest import CAMPAIGNS, FAST, deep_merge, demo_raw
 
-from pilot_tui.events import PhaseFinished, PhaseProgress
-from pilot_tui.phase_table import in_group
-from pilot_tui.session import Session
-from pilot_tui.splits import group_split
+from pilot_tui.analysis.splits import group_split
+from pilot_tui.core.events import PhaseFinished, PhaseProgress
+from pilot_tui.core.phase_table import in_group
+from pilot_tui.session.driver import Session
 from pilot_tui.tasks import demo_classify, demo_instruct
 
 ROLES = {"supervised", "ignored", "padding", "cut"}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from conftest import REPO
 
-from pilot_tui import phase_table
-from pilot_tui.cli import main
+from pilot_tui.commands.cli import main
+from pilot_tui.core import phase_table
 
 STEPS = ("steady",)
 

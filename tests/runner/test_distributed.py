@@ -20,8 +20,8 @@ import pytest
 import tomli_w
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.events import PhaseFinished, WireMessage
-from pilot_tui.session import Session
+from pilot_tui.core.events import PhaseFinished, WireMessage
+from pilot_tui.session.driver import Session
 
 WORLD = 2
 # Long enough for a loaded 2-core CI machine to start a collective on every rank, short enough
@@ -256,8 +256,8 @@ def test_torchruns_root_cause_names_the_first_failed_rank_not_the_ones_it_then_s
 
 
 def test_merged_row_takes_the_worst_rank_verdict_and_the_highest_peak():
+    from pilot_tui.core.steps import Step
     from pilot_tui.runner.distributed.launcher import merge_rows
-    from pilot_tui.steps import Step
 
     def rank_row(verdict: str, peak: float, step_s: float) -> dict[str, Any]:
         return {

@@ -21,9 +21,9 @@ import pytest
 import tomli_w
 from conftest import CAMPAIGNS, FAST, REPO, deep_merge, demo_raw
 
-from pilot_tui.events import PhaseFinished, PhaseProgress, WireMessage
-from pilot_tui.phase_table import in_group
-from pilot_tui.session import Session
+from pilot_tui.core.events import PhaseFinished, PhaseProgress, WireMessage
+from pilot_tui.core.phase_table import in_group
+from pilot_tui.session.driver import Session
 
 STACK_PHASES, DATA_PHASES = in_group("stack"), in_group("data")
 ENGINE_PHASES, CLOSING_PHASES = in_group("engine"), in_group("closing")
@@ -204,7 +204,7 @@ def test_cancel_mid_phase_fails_the_row_and_keeps_the_runner(engine):
 
 def test_a_cancel_while_idle_does_not_kill_the_next_step(engine, monkeypatch):
     session, _ = engine
-    monkeypatch.setattr("pilot_tui.session.CANCEL_GRACE_S", 0.3)
+    monkeypatch.setattr("pilot_tui.session.driver.CANCEL_GRACE_S", 0.3)
     pid = session.runner_pid
     session.cancel()  # nothing in flight: e.g. a late key press after the phase ended
     # Longer than the grace period: a stale kill timer would fire in the middle of it.

@@ -14,14 +14,14 @@ import pytest
 import torch
 from torch import nn
 
+from pilot_tui.core.spec import load_spec
+from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
-from pilot_tui.runner.estimate.campaign import Target, estimate_model_dir, fake_config
-from pilot_tui.runner.estimate.fake_run import ALLOCATOR_BLOCK, FakeConfig, ModelSource, run_fake
-from pilot_tui.runner.estimate.sources import task_source
+from pilot_tui.runner.memory_estimate.campaign import Target, estimate_model_dir, fake_config
+from pilot_tui.runner.memory_estimate.fake_run import ALLOCATOR_BLOCK, FakeConfig, ModelSource, run_fake
+from pilot_tui.runner.memory_estimate.sources import task_source
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.variants_compare import saved_activations
-from pilot_tui.spec import load_spec
-from pilot_tui.steps import Step
 from pilot_tui.tasks.contract import Task
 from pilot_tui.tasks.loader import load_task
 
@@ -182,8 +182,8 @@ def test_a_model_fake_tensors_cannot_follow_is_not_estimable_and_names_the_op(ct
 
 
 def test_estimate_phase_row_and_record_section(ctx: RunContext) -> None:
-    from pilot_tui.events import RecordUpdate
-    from pilot_tui.runner.phases.estimate import _verdict
+    from pilot_tui.core.events import RecordUpdate
+    from pilot_tui.runner.phases.memory_estimate import estimate_verdict
 
     sent: list = []
     ckpt = [v for v in ctx.spec.variants if v.id == "ckpt"]
@@ -203,7 +203,7 @@ def test_estimate_phase_row_and_record_section(ctx: RunContext) -> None:
     # A declared GPU too small for the control fails the phase and names what would fit.
     too_small = {"verdict": {"fits": False, "need_mib": 2048.0}, "estimable": True, "name": "control"}
     smallest = {"strategy": "fsdp", "gpus": 2, "gpu_memory_gb": 24}
-    out = _verdict([too_small | {"smallest_configuration": smallest}], 1.0, {})
+    out = estimate_verdict([too_small | {"smallest_configuration": smallest}], 1.0, {})
     assert (
         out.verdict == "fail"
         and "does not fit a 1 GB GPU" in out.reason
@@ -226,7 +226,7 @@ def test_cli_estimate_runs_in_a_subprocess(write_campaign, tmp_path: Path) -> No
     assert all(e["verdict"]["status"] == "fits" for e in result["configurations"])
     peaks = [e["activations_bytes"] for e in result["configurations"]]
     assert peaks[0] < peaks[1]  # a larger microbatch keeps more activations
-    # Bad input stops in the view process (tests/unit/test_estimate_math.py): no subprocess.
+    # Bad input stops in the view process (tests/analysis/test_memory_estimate.py): no subprocess.
 
 
 TINY_LLAMA = {
@@ -260,7 +260,7 @@ def test_hugging_face_causal_lm_from_config_json_alone(tmp_path: Path) -> None:
 def test_hugging_face_lora_from_the_campaign_options_trains_only_the_adapters(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
-    from pilot_tui.runner.estimate.sources import hf_source
+    from pilot_tui.runner.memory_estimate.sources import hf_source
 
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
@@ -278,7 +278,7 @@ def test_hugging_face_lora_from_the_campaign_options_trains_only_the_adapters(tm
 def test_hugging_face_campaign_is_estimated_from_its_config_with_lora_and_fsdp(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
-    from pilot_tui.runner.estimate.__main__ import run
+    from pilot_tui.runner.memory_estimate.__main__ import run
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(json.dumps(TINY_LLAMA))
@@ -298,7 +298,7 @@ def test_hugging_face_campaign_is_estimated_from_its_config_with_lora_and_fsdp(t
 
 def test_hugging_face_sequence_classifier_from_its_config_in_its_load_dtype(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    from pilot_tui.runner.estimate.__main__ import run
+    from pilot_tui.runner.memory_estimate.__main__ import run
 
     (tmp_path / "model").mkdir()
     config = TINY_LLAMA | {"num_labels": 3, "pad_token_id": 0}

@@ -18,15 +18,15 @@ import tomli_w
 import torch
 from conftest import CAMPAIGNS, tmpfs
 
-from pilot_tui import phase_table
-from pilot_tui.death import death_reason, oom_kills
-from pilot_tui.events import OpenCampaign
-from pilot_tui.phase_table import PhaseInfo
+from pilot_tui.core import phase_table
+from pilot_tui.core.events import OpenCampaign
+from pilot_tui.core.phase_table import PhaseInfo
+from pilot_tui.core.steps import Step
 from pilot_tui.runner.faults import is_cpu_oom, is_disk_full
-from pilot_tui.runner.main import Channel, _open
+from pilot_tui.runner.main import Channel, open_campaign
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.base import PHASES, phase
-from pilot_tui.steps import Step
+from pilot_tui.session.death import death_reason, oom_kills
 
 
 def example_campaign(folder: Path) -> Path:
@@ -37,7 +37,7 @@ def example_campaign(folder: Path) -> Path:
 
 
 def open_ctx(spec: Path, work_dir: Path, rows: list[dict] | None = None):
-    ctx = _open(
+    ctx = open_campaign(
         OpenCampaign(spec_path=str(spec), work_dir=str(work_dir), rows=list(rows or [])),
         Channel(io.StringIO()).emit,
         threading.Event(),
@@ -124,7 +124,7 @@ def test_a_process_killed_by_signal_9_is_explained(tmp_path):
 
 
 def test_stale_temp_files_are_swept_in_worker_folders(tmp_path):
-    from pilot_tui.session import sweep_stale_temp_files
+    from pilot_tui.session.driver import sweep_stale_temp_files
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -157,7 +157,7 @@ def test_options_device_and_split_field_errors_name_the_file_and_key(tmp_path):
         assert old in base, old
         spec.write_text(base.replace(old, new))
         out = io.StringIO()
-        ctx = _open(
+        ctx = open_campaign(
             OpenCampaign(spec_path=str(spec), work_dir=str(tmp_path / "w")),
             Channel(out).emit,
             threading.Event(),
@@ -170,7 +170,7 @@ def test_options_device_and_split_field_errors_name_the_file_and_key(tmp_path):
 
 
 def test_limits_must_name_a_phase(tmp_path):
-    from pilot_tui.spec import SpecError, parse_spec
+    from pilot_tui.core.spec import SpecError, parse_spec
 
     raw = tomli_w.dumps(
         {
@@ -199,7 +199,7 @@ def test_a_task_with_unusable_examples_is_bad_input_not_a_hang(tmp_path):
         out = io.StringIO()
         with pytest.MonkeyPatch.context() as mp:
             mp.syspath_prepend(str(tmp_path))
-            ctx = _open(
+            ctx = open_campaign(
                 OpenCampaign(spec_path=str(spec), work_dir=str(tmp_path / "w")),
                 Channel(out).emit,
                 threading.Event(),

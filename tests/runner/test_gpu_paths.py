@@ -20,11 +20,11 @@ import tomli_w
 import torch
 from conftest import FAST, REPO, deep_merge, demo_raw
 
-from pilot_tui.headless import run_headless
-from pilot_tui.phase_table import names as phase_names
+from pilot_tui.commands.headless import run_headless
+from pilot_tui.core.phase_table import names as phase_names
 from pilot_tui.runner.determinism import nondeterministic_op
 from pilot_tui.runner.oom import is_oom
-from pilot_tui.session import Session
+from pilot_tui.session.driver import Session
 
 STICKY_TASK = REPO / "tests" / "data" / "gpu" / "sticky_task.py"
 
@@ -107,9 +107,9 @@ def test_a_step_without_a_row_fails_the_run_and_a_fit_search_parks_the_control(t
 
 
 def test_an_activation_count_leaves_out_autocast_weight_copies(tmp_path):
+    from pilot_tui.core.spec import load_spec
     from pilot_tui.runner.context import RunContext
     from pilot_tui.runner.phases.variants_compare import saved_tensors
-    from pilot_tui.spec import load_spec
     from pilot_tui.tasks.loader import load_task
 
     loaded = load_spec(campaign(tmp_path, {}, keep=()))

@@ -13,8 +13,8 @@ from pathlib import Path
 import tomli_w
 from conftest import CAMPAIGNS
 
-from pilot_tui.events import PhaseFinished
-from pilot_tui.session import Session
+from pilot_tui.core.events import PhaseFinished
+from pilot_tui.session.driver import Session
 
 TASK = f"""
 import dataclasses, signal, sys, time

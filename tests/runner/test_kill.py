@@ -22,7 +22,7 @@ import psutil
 import tomli_w
 from conftest import FAST, REPO, deep_merge, demo_raw
 
-from pilot_tui.phase_table import in_group
+from pilot_tui.core.phase_table import in_group
 
 STACK_PHASES, DATA_PHASES = in_group("stack"), in_group("data")
 ENGINE_PHASES, CLOSING_PHASES = in_group("engine"), in_group("closing")
@@ -180,7 +180,7 @@ def test_sigkill_at_random_moments_leaves_a_whole_record(tmp_path):
 
 def test_sweep_removes_only_temp_files_of_dead_writers(tmp_path):
     # The random kills rarely land inside a write (it lasts milliseconds): this makes the leftovers.
-    from pilot_tui.session import sweep_stale_temp_files
+    from pilot_tui.session.driver import sweep_stale_temp_files
 
     done = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True

@@ -19,9 +19,9 @@ import pytest
 import tomli_w
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.events import PhaseFinished, PhaseStarted, RecordUpdate, RunUpdate
-from pilot_tui.hashing import sha256_file
-from pilot_tui.session import Session
+from pilot_tui.core.events import PhaseFinished, PhaseStarted, RecordUpdate, RunUpdate
+from pilot_tui.core.hashing import sha256_file
+from pilot_tui.session.driver import Session
 
 UPDATES, EVERY, FACTOR = 30, 5, 4.0
 CONTROL, GOOD, DIVERGENT = 1e-4, 3e-3, 10.0

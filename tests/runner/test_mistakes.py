@@ -21,10 +21,10 @@ import pytest
 import tomli_w
 import torch
 
+from pilot_tui.core.spec import load_spec
+from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.phases.base import execute
-from pilot_tui.spec import load_spec
-from pilot_tui.steps import Step
 from pilot_tui.tasks.loader import load_task
 
 MISTAKES = Path(__file__).resolve().parent.parent / "data" / "mistakes"
@@ -328,10 +328,10 @@ def test_a_model_that_turns_nan_is_said_so_in_every_later_phase(tmp_path):
 
 
 def test_headless_shows_the_phase_and_a_heartbeat_while_build_model_is_slow(tmp_path):
-    from pilot_tui import phase_table
-    from pilot_tui.events import Counters, PhaseFinished, PhaseStarted
-    from pilot_tui.headless import Heartbeat, ProgressBar, run_headless
-    from pilot_tui.session import Session
+    from pilot_tui.commands.headless import Heartbeat, ProgressBar, run_headless
+    from pilot_tui.core import phase_table
+    from pilot_tui.core.events import Counters, PhaseFinished, PhaseStarted
+    from pilot_tui.session.driver import Session
 
     path = campaign(tmp_path, "slow_build", {"sleep_s": 1.5})
     raw = tomllib.loads(path.read_text())

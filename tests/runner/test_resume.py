@@ -18,7 +18,7 @@ from conftest import FAST, deep_merge, demo_raw
 
 from pilot_tui.runner.data import UpdateSampler
 from pilot_tui.runner.resume_check import compare
-from pilot_tui.session import Session
+from pilot_tui.session.driver import Session
 
 # 88 training examples / (8 × 2) = 5 updates per epoch: resuming after 4 and training 3 more
 # crosses the epoch boundary, as the demo's k = 20, n = 8 does with its 23 updates per epoch.

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import pilot_tui
-from pilot_tui.hashing import artifact_entry, sha256_file
+from pilot_tui.core.hashing import artifact_entry, sha256_file
+from pilot_tui.core.spec import load_spec
 from pilot_tui.runner.checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.fresh_process import EXIT_REFUSED, read_tensors
@@ -24,7 +25,6 @@ from pilot_tui.runner.safe_load import (
     load_tensors,
     verify_provenance,
 )
-from pilot_tui.spec import load_spec
 from pilot_tui.tasks.loader import load_task
 
 PACKAGE = Path(pilot_tui.__file__).resolve().parent

@@ -9,10 +9,10 @@ import signal
 import tomllib
 from pathlib import Path
 
-from pilot_tui import phase_table
-from pilot_tui.events import PhaseProgress
-from pilot_tui.headless import run_headless
-from pilot_tui.session import Session
+from pilot_tui.commands.headless import run_headless
+from pilot_tui.core import phase_table
+from pilot_tui.core.events import PhaseProgress
+from pilot_tui.session.driver import Session
 
 
 def test_sigterm_mid_phase_leaves_its_row_and_a_clean_record(write_campaign, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import tomllib
 import tomli_w
 from conftest import FAST, REPO, deep_merge, demo_raw
 
-from pilot_tui.session import Session
+from pilot_tui.session.driver import Session
 
 TIED = REPO / "tests" / "data" / "tied"
 

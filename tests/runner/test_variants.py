@@ -11,13 +11,13 @@ import pytest
 import tomli_w
 import torch
 
-from pilot_tui.events import RecordUpdate
+from pilot_tui.core.events import RecordUpdate
+from pilot_tui.core.spec import load_spec
+from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.variants_compare import compare_targets
-from pilot_tui.session import Session
-from pilot_tui.spec import load_spec
-from pilot_tui.steps import Step
+from pilot_tui.session.driver import Session
 from pilot_tui.tasks.loader import load_task
 
 # Engine and closing phases the variant checks do not need (each one costs seconds).

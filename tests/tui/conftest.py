@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pilot_tui.session import replay_session
+from pilot_tui.session.driver import replay_session
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.nvml import NvmlProbe
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from pilot_tui import phase_table
-from pilot_tui.phase_table import PhaseInfo
+from pilot_tui.core import phase_table
+from pilot_tui.core.phase_table import PhaseInfo
+from pilot_tui.core.steps import campaign_steps
 from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.runner.phases.base import PHASES, Outcome, PhaseRun, phase
-from pilot_tui.session import Session
-from pilot_tui.steps import campaign_steps
+from pilot_tui.session.driver import Session
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.nvml import NvmlProbe
 

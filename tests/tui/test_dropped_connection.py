@@ -30,8 +30,8 @@ async def test_sigterm_stops_the_dashboard_after_saving_the_record(replay_app) -
 
 async def test_continue_shows_the_recorded_rows_and_runs_only_the_rest(tmp_path: Path) -> None:
     """`open RECORD --continue`: recorded steps show their rows; `a` queues only the others."""
-    from pilot_tui.record import Record
-    from pilot_tui.session import replay_session
+    from pilot_tui.core.record import Record
+    from pilot_tui.session.driver import replay_session
     from pilot_tui.tui.app import PilotApp
     from pilot_tui.tui.nvml import NvmlProbe
 

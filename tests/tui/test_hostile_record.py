@@ -14,8 +14,8 @@ from typing import Any
 import tomli_w
 from textual.widgets import DataTable
 
-from pilot_tui.cli import main
-from pilot_tui.plan import print_plan
+from pilot_tui.analysis.plan import print_plan
+from pilot_tui.commands.cli import main
 from pilot_tui.tui.app import PilotApp
 
 from .conftest import RECORD
@@ -109,8 +109,8 @@ def test_plan_prints_a_hostile_record_inert(tmp_path: Path, capsys) -> None:
 
 def test_live_events_and_headless_lines_are_inert() -> None:
     """The live path: every runner event entering the app, and the headless line of a row."""
-    from pilot_tui.events import PhaseFinished, RunnerError
-    from pilot_tui.headless import phase_line
+    from pilot_tui.commands.headless import phase_line
+    from pilot_tui.core.events import PhaseFinished, RunnerError
     from pilot_tui.tui.messages import SessionFailed, wrap
 
     row = {
@@ -131,7 +131,7 @@ def test_live_events_and_headless_lines_are_inert() -> None:
 
 async def test_a_crash_of_the_dashboard_exits_non_zero(saved_record: Path) -> None:
     import pilot_tui.tui.app as app_module
-    from pilot_tui.cli import EXIT_CRASH, tui_exit_code
+    from pilot_tui.commands.cli import EXIT_CRASH, tui_exit_code
 
     class Broken(PilotApp):
         CSS_PATH = Path(app_module.__file__).with_name("app.tcss")  # relative paths follow the subclass

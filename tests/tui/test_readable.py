@@ -10,10 +10,10 @@ from pathlib import Path
 import tomli_w
 from textual.widgets import DataTable
 
-from pilot_tui.events import PhaseProgress, PhaseStarted
-from pilot_tui.plan import spec_of
-from pilot_tui.session import replay_session
-from pilot_tui.steps import campaign_steps
+from pilot_tui.analysis.plan import spec_of
+from pilot_tui.core.events import PhaseProgress, PhaseStarted
+from pilot_tui.core.steps import campaign_steps
+from pilot_tui.session.driver import replay_session
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.messages import PhaseProgressMsg, PhaseStartedMsg
 from pilot_tui.tui.nvml import NvmlProbe

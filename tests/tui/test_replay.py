@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
-from pilot_tui.record import Record
+from pilot_tui.core.record import Record
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.state import RUNNING, WAITING
 
@@ -57,7 +57,7 @@ async def test_progress_is_drawn_while_a_step_runs(replay_app) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.runner.ready, "the session to start")
         # A replayed PhaseProgress shows as a bar in the status cell (driven by the handler).
-        from pilot_tui.events import PhaseProgress, PhaseStarted
+        from pilot_tui.core.events import PhaseProgress, PhaseStarted
         from pilot_tui.tui.messages import PhaseProgressMsg, PhaseStartedMsg
 
         app.post_message(PhaseStartedMsg(PhaseStarted(step="steady", phase="steady", variant="control")))

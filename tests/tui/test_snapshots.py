@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from textual.pilot import Pilot
 
-from pilot_tui.events import PhaseProgress, PhaseStarted, RunUpdate
+from pilot_tui.core.events import PhaseProgress, PhaseStarted, RunUpdate
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.messages import PhaseProgressMsg, PhaseStartedMsg, RunUpdateMsg
 

@@ -346,7 +346,7 @@ def _unused_log(work_dir: Path) -> Path:
 
 
 def _restore(value: Any) -> Any:
-    from ...events import _restore as restore
+    from ...core.events import _restore as restore
 
     return restore(value)
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from ... import phase_table
-from ...events import PhaseFinished, PhaseStarted, decode
-from ...rows import Memory
-from ...spec import LoadedSpec
-from ...steps import Step
+from ...core import phase_table
+from ...core.events import PhaseFinished, PhaseStarted, decode
+from ...core.rows import Memory
+from ...core.spec import LoadedSpec
+from ...core.steps import Step
 from ..context import Cancelled, RunContext
 from .group import GroupFailure, RankGroup, default_backend
 

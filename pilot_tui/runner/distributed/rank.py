@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...events import PhaseProgress, RecordUpdate, RunnerError, WireMessage
+from ...core.events import PhaseProgress, RecordUpdate, RunnerError, WireMessage
 
 STORE_TIMEOUT = dt.timedelta(days=7)  # a rank waits for its next command as long as the runner lives
 
@@ -117,7 +117,7 @@ def _rank0_only(_ctx, _run):
 
 
 def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
-    from ...steps import Step
+    from ...core.steps import Step
     from ..phases import PHASES, execute
 
     step = Step(key=cmd["step"], phase=cmd["phase"], variant=cmd["variant"])
@@ -146,7 +146,7 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from ...spec import load_spec
+    from ...core.spec import load_spec
     from ...tasks.loader import load_task
     from ..context import RunContext
     from ..lifetime import die_with_parent
@@ -207,7 +207,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _clean(value: Any) -> Any:
-    from ...events import _clean as clean
+    from ...core.events import _clean as clean
 
     return clean(value)
 

@@ -5,7 +5,7 @@ stops the runner at start rather than leaving a silent gap in a campaign."""
 import importlib
 import pkgutil
 
-from ... import phase_table
+from ...core import phase_table
 from .base import PHASES, execute
 
 for _module in pkgutil.iter_modules(__path__):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ...events import RecordUpdate
-from ...hashing import artifact_entry
+from ...core.events import RecordUpdate
+from ...core.hashing import artifact_entry
 from .. import finiteness
 from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from ..context import RunContext

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from ... import phase_table
-from ...events import PhaseFinished, PhaseStarted, RunnerError
-from ...reasons import exception_line
-from ...reasons import first_line as message_line
-from ...steps import Step
+from ...core import phase_table
+from ...core.events import PhaseFinished, PhaseStarted, RunnerError
+from ...core.reasons import exception_line
+from ...core.reasons import first_line as message_line
+from ...core.steps import Step
 from .. import probes
 from ..context import Cancelled, RunContext
 from ..cuda_fault import POISONED, first_line, is_sticky

@@ -17,7 +17,6 @@ from ..control import ControlOutput
 from ..control_store import load_controls
 from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
 from ..probes import release_cache
-from ..residency import park_all
 from ..safe_load import UnsafeLoadError
 from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
 
@@ -110,7 +109,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     # The outputs before the save are on the host already: the fresh process gets the device
     # without the runner's states and cache under it (a model above ~45 % of the card would not
     # fit twice).
-    park_all(ctx)
+    ctx.park_all()
     release_cache(ctx.device)
     out_dir = ctx.work_dir / "final-worker"
     worker = start_fresh_process(

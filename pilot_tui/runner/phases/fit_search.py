@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from ...events import RecordUpdate
-from ...reasons import first_line
-from ...rows import peak_counter
-from ...spec import FitSearchSpec
-from ...variants import ERROR, FITS, OOM, OVER_CEILING, fit_result
+from ...analysis.variants import ERROR, FITS, OOM, OVER_CEILING, fit_result
+from ...core.events import RecordUpdate
+from ...core.reasons import first_line
+from ...core.rows import peak_counter
+from ...core.spec import FitSearchSpec
 from ..context import Cancelled, RunContext
 from ..cuda_fault import is_sticky
 from ..oom import is_oom

@@ -5,7 +5,7 @@ Thin on purpose: the analysis lives in `runner/inspection.py`; this turns it int
 
 from __future__ import annotations
 
-from ...checks import Check, CheckResult, verdict_of
+from ...analysis.checks import Check, CheckResult, verdict_of
 from ..context import RunContext
 from ..inspection import SEEN_MEMO, inspect_task, model_output
 from .base import Outcome, PhaseRun, phase

@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 
-from ...board import best_validation, parse_run_name
-from ...events import RecordUpdate, RunUpdate
-from ...hashing import artifact_entry
-from ...reasons import exception_line
-from ...record import write_atomic
-from ...spec import LRBoardSpec, StopSpec
-from ...steps import lr_run_name
+from ...analysis.board import best_validation, parse_run_name
+from ...core.events import RecordUpdate, RunUpdate
+from ...core.hashing import artifact_entry
+from ...core.phase_table import lr_run_name
+from ...core.reasons import exception_line
+from ...core.record import write_atomic
+from ...core.spec import LRBoardSpec, StopSpec
 from ...tasks.contract import CAUSAL_LM, Batch
 from .. import objective
 from ..context import Cancelled, RunContext

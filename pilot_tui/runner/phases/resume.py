@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from ...events import RecordUpdate
-from ...hashing import artifact_entry
+from ...core.events import RecordUpdate
+from ...core.hashing import artifact_entry
 from .. import finiteness
 from ..checkpoint import training_state, write_checkpoint
 from ..context import RunContext
@@ -28,7 +28,6 @@ from ..determinism import deterministic
 from ..distributed import state as dist_state
 from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
 from ..probes import release_cache
-from ..residency import park_all
 from ..resume_check import NONDETERMINISTIC_RTOL, compare, final_tensors, next_draws, observe_update
 from ..safe_load import UnsafeLoadError
 from .base import Outcome, PhaseFailure, PhaseRun, phase
@@ -159,7 +158,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     # The worker needs the device: what the comparison needs is on the host now; the rest is
     # released (this check's state) or parked (the campaign's), and the cache emptied (R15).
     del state
-    park_all(ctx)
+    ctx.park_all()
     release_cache(ctx.device)
     _refuse_non_finite_run(reference, ref_tensors, k, n, entry)
     if not dist_state.is_rank0():

@@ -5,8 +5,8 @@ Thin on purpose: the checks live in `pilot_tui/leakage.py` (pure, no torch).
 
 from __future__ import annotations
 
-from ...leakage import check_splits
-from ...splits import group_split
+from ...analysis.leakage import check_splits
+from ...analysis.splits import group_split
 from ..context import RunContext
 from ..inspection import SEEN_MEMO, seen_digests
 from .base import Outcome, PhaseRun, phase

@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from ... import phase_table
-from ... import variants as vmath
-from ...events import RecordUpdate
-from ...reasons import exception_line
-from ...rows import read_rows
-from ...steps import Step
+from ...analysis import variants as vmath
+from ...core import phase_table
+from ...core.events import RecordUpdate
+from ...core.reasons import exception_line
+from ...core.rows import read_rows
+from ...core.steps import Step
 from ...tasks.contract import CAUSAL_LM
 from .. import objective
 from ..context import RunContext

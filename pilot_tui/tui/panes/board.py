@@ -14,9 +14,9 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ... import board
-from ...board import parse_run_name, split_run_id
-from ...rows import PEAK_KEYS, Memory
+from ...analysis import board
+from ...analysis.board import parse_run_name, split_run_id
+from ...core.rows import PEAK_KEYS, Memory
 from ..state import fmt_value
 
 RUN_COLUMNS = ("run", "lr", "seed", "status", "stop", "last loss", "best val")

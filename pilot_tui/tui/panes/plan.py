@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ...plan import text_lines
+from ...analysis.plan import text_lines
 from ..state import fmt_value
 
 NO_PLAN = (

@@ -22,9 +22,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
-from pilot_tui.link import ProcessLink, RecordingLink  # noqa: E402
-from pilot_tui.record import new_record_id  # noqa: E402
-from pilot_tui.session import Session  # noqa: E402
+from pilot_tui.core.record import new_record_id  # noqa: E402
+from pilot_tui.session.driver import Session  # noqa: E402
+from pilot_tui.session.link import ProcessLink, RecordingLink  # noqa: E402
 
 CHANGES = {
     "task": {"options": {"n_conversations": 60, "seed": 0}},

@@ -1,0 +1,181 @@
+"""Command line: `pilot-tui [CAMPAIGN|RECORD]`, `pilot-tui run CAMPAIGN --headless`, …
+
+Exit codes: 0 every gate passed, 1 a gate failed, 2 bad input (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .. import DEMO_CAMPAIGN, __version__
+from ..core.record import RecordError
+from ..core.spec import SpecError
+from ..core.text import one_line
+from ..session.driver import BadInputError, Session
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+# The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
+EXIT_CRASH = 3
+SUBCOMMANDS = ("run", "open", "continue", "export", "plan", "note", "conclude", "init", "estimate")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pilot-tui",
+        description="Pilot a PyTorch training campaign phase by phase before renting GPUs for days.",
+    )
+    p.add_argument("--version", action="version", version=f"pilot-tui {__version__}")
+    sub = p.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run a campaign (TUI, or --headless for one line per phase)")
+    run.add_argument("campaign", type=Path, help="campaign spec (TOML)")
+    run.add_argument("--headless", action="store_true", help="no TUI: print one line per phase")
+    run.add_argument("--records", type=Path, help="folder for records (default: <campaign dir>/records)")
+    run.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="headless: run the later phases even after a failed stack check",
+    )
+    opn = sub.add_parser("open", help="open the dashboard on a campaign or a saved record (default)")
+    opn.add_argument("target", type=Path, nargs="?", default=DEMO_CAMPAIGN, help="campaign spec or record")
+    opn.add_argument("--records", type=Path, help="folder for records (default: <campaign dir>/records)")
+    cont = sub.add_parser(
+        "continue",
+        help="run the steps a record does not hold yet, into that record (e.g. after a dropped SSH)",
+    )
+    cont.add_argument("record", type=Path)
+    cont.add_argument(
+        "--keep-going", action="store_true", help="run later phases even after a failed stack check"
+    )
+    opn.add_argument(
+        "--continue",
+        dest="continue_record",
+        action="store_true",
+        help="on a record: run the steps it does not hold yet, into it",
+    )
+    exp = sub.add_parser("export", help="archive a record: spec, metrics, artifact manifest, instructions")
+    exp.add_argument("record", type=Path)
+    exp.add_argument("--out", type=Path, help="archive folder or .tar.gz (default: beside the record)")
+    exp.add_argument("--with-artifacts", action="store_true", help="copy the artifacts too")
+    pln = sub.add_parser("plan", help="print the choice sheet and the 3/7/30-day rental plan of a record")
+    pln.add_argument("record", type=Path)
+    note = sub.add_parser("note", help="add an observation to a record (a phase, variant or run)")
+    note.add_argument("record", type=Path)
+    note.add_argument("text")
+    note.add_argument("--on", default="campaign", help="what it is about: a step key, variant or run id")
+    con = sub.add_parser("conclude", help="write the campaign's conclusion into its record")
+    con.add_argument("record", type=Path)
+    con.add_argument("text")
+    con.add_argument("--decision", default="", help="the configuration kept, e.g. 'control'")
+    _init_parser(sub)
+    from .estimate import add_parser as add_estimate
+
+    add_estimate(sub)
+    return p
+
+
+def _init_parser(sub) -> None:
+    ini = sub.add_parser(
+        "init", help="write a runnable campaign for a local Hugging Face model and a JSONL data file"
+    )
+    ini.add_argument(
+        "--model", type=Path, required=True, help="local model directory (config, tokenizer, weights)"
+    )
+    ini.add_argument("--data", type=Path, required=True, help="JSONL data file")
+    ini.add_argument("--out", type=Path, default=Path("campaign.toml"), help="campaign file to write")
+    ini.add_argument("--format", choices=("messages", "prompt_completion", "text"), help="default: detected")
+    ini.add_argument("--train-on", default="assistant", choices=("assistant", "last_assistant", "all"))
+    ini.add_argument("--lr", type=float, help="control LR (default 2e-5, 2e-4 with --lora)")
+    ini.add_argument(
+        "--lora", action="store_true", help="train a LoRA adapter (peft) instead of every weight"
+    )
+    ini.add_argument("--fresh-init", action="store_true", help="pretrain from scratch (no weights needed)")
+    ini.add_argument("--force", action="store_true", help="overwrite an existing campaign file")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if not args_in or (args_in[0] not in SUBCOMMANDS and args_in[0] not in ("-h", "--help", "--version")):
+        args_in = ["open", *args_in]
+    args = _parser().parse_args(args_in)
+    if args.command == "init":
+        from .init import main as init_main
+
+        return init_main(args)
+    try:
+        if args.command == "run" and args.headless:
+            from .headless import run_headless
+
+            return run_headless(Session(args.campaign, args.records), keep_going=args.keep_going)
+        if args.command == "estimate":
+            from .estimate import run_estimate
+
+            return run_estimate(args)
+        if args.command == "continue":
+            from ..session.driver import continue_session
+            from .headless import run_headless
+
+            return run_headless(continue_session(args.record), keep_going=args.keep_going)
+        if args.command == "open" and args.continue_record:
+            return _open_tui(args.target, None, autorun=True, continue_record=True)
+        if args.command == "export":
+            from .archive import export_archive
+
+            print(one_line(export_archive(args.record, args.out, with_artifacts=args.with_artifacts)))
+            _warn_task_file(args.record)
+            return EXIT_OK
+        if args.command == "plan":
+            from ..analysis.plan import print_plan
+
+            return print_plan(args.record)
+        if args.command in ("note", "conclude"):
+            from ..core.notes import add_note, set_conclusion
+
+            if args.command == "note":
+                add_note(args.record, args.on, args.text)
+            else:
+                set_conclusion(args.record, args.text, decision=args.decision)
+            return EXIT_OK
+        target = args.campaign if args.command == "run" else args.target
+        return _open_tui(target, args.records, autorun=args.command == "run")
+    except (SpecError, BadInputError, RecordError) as exc:
+        print(f"pilot-tui: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("pilot-tui: interrupted; the record holds every phase finished so far", file=sys.stderr)
+        return 130
+
+
+def _warn_task_file(record_path: Path) -> None:
+    """Say it when the archive could not include the task file (edited since the run)."""
+    from ..core.record import Record
+    from .archive import task_file_state
+
+    src, _, state = task_file_state(Record.read(record_path))
+    if state and src is None:
+        print(f"pilot-tui: warning: {one_line(state)}", file=sys.stderr)
+
+
+def _open_tui(target: Path, records: Path | None, autorun: bool, continue_record: bool = False) -> int:
+    from ..tui.app import PilotApp
+
+    if continue_record:
+        from ..session.driver import continue_session
+
+        app = PilotApp(source=continue_session(target), autorun=autorun)
+    else:
+        app = PilotApp(target, records_dir=records, autorun=autorun)
+    code = app.run()
+    return tui_exit_code(code, app.return_code)
+
+
+def tui_exit_code(code: object, return_code: int | None) -> int:
+    """The app's own exit value, or EXIT_CRASH when Textual ended it on an unhandled exception."""
+    if return_code:  # Textual sets it (to 1) when a handler raised: the dashboard crashed
+        print(
+            "pilot-tui: the dashboard crashed (traceback above); the record holds every phase finished so far",
+            file=sys.stderr,
+        )
+        return EXIT_CRASH
+    return int(code or 0)  # type: ignore[call-overload]

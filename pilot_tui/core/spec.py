@@ -1,0 +1,697 @@
+"""Campaign spec: what the user declares *before* anything runs.
+
+Read with tomllib into frozen dataclasses and validated once. Every error names the file, the
+key and, when it can be found, the line; the caller turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import math
+import os
+import re
+import stat
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import phase_table
+from .phase_table import lr_run_name
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+HOLDS = ("updates", "epochs")
+DEVICES = ("auto", "cpu", "cuda")
+SCHEDULES = ("constant", "linear", "cosine")
+GROUP_KINDS = ("id", "time")
+STRATEGIES = ("none", "ddp", "fsdp")
+BACKENDS = ("", "nccl", "gloo")
+# A record is named `<name>-<id>.toml`; file systems stop at 255 bytes.
+MAX_NAME = 100
+
+
+class SpecError(Exception):
+    """A campaign file that cannot be used; the message is one line, ready to print."""
+
+
+@dataclass(frozen=True)
+class CampaignSection:
+    """Who this campaign is."""
+
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Which task to pilot: a built-in demo or a user file with a factory function."""
+
+    builtin: str = ""
+    file: str = ""
+    function: str = "make_task"
+    # Keyword arguments handed to the task factory.
+    options: dict[str, Any] = field(default_factory=dict)
+    # The example field that is the unit of leakage (conversation, patient, document, period).
+    group_key: str = ""
+    group_kind: str = "id"
+    # What the campaign wants: are prompt tokens supervised? (R2)
+    supervise_prompt: bool = False
+    # Declared class id -> name mapping, checked against the data (R2).
+    class_names: list[str] = field(default_factory=list)
+    # Extension modules the task imports, checked by the stack phase (R18).
+    requires: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """How train / validation / test are made: ratios + seed, or a field holding ready splits."""
+
+    train: float = 0.8
+    validation: float = 0.1
+    test: float = 0.1
+    seed: int = 0
+    field: str = ""
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """Examples per forward/backward, per update, and what the campaign holds fixed (R8, R9)."""
+
+    microbatch: int
+    accumulation: int = 1
+    replicas: int = 1
+    max_length: int = 0
+    precision: str = "fp32"
+    drop_last: bool = True
+    hold: str = "updates"
+    updates: int = 0
+    epochs: int = 0
+    device: str = "auto"
+    activation_checkpointing: bool = False
+    # The steady phase feeds its batches through a torch DataLoader with these (issue 16).
+    num_workers: int = 0
+    pin_memory: bool = False
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    """Optimizer and schedule of the control configuration."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_updates: int = 0
+    schedule: str = "constant"
+    grad_clip: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PhasesSpec:
+    """Sizes of the engine phases."""
+
+    steady_updates: int = 10
+    eval_microbatch: int = 0
+    skip: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """A gate's ceilings for one phase; 0 means no ceiling."""
+
+    memory_mb: float = 0.0
+    time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class InspectSpec:
+    """Batch inspection (R1, R2): how many examples to show token by token."""
+
+    examples: int = 4
+
+
+@dataclass(frozen=True)
+class OverfitSpec:
+    """Tiny-subset mechanics check (R3)."""
+
+    examples: int = 16
+    max_steps: int = 100
+    loss_below: float = 0.1
+    recover: float = 1.0
+    lr: float = 3e-3
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A memory variant (R11); an unset field keeps the control's value."""
+
+    id: str
+    microbatch: int = 0
+    accumulation: int = 0
+    max_length: int = 0
+    precision: str = ""
+    activation_checkpointing: bool | None = None
+    # ddp -> fsdp is the per-GPU memory question people pilot (issue 16).
+    strategy: str = ""
+
+
+@dataclass(frozen=True)
+class FitSearchSpec:
+    """Largest configuration that fits (R11, R18): microbatches (and max lengths) to try, ascending.
+
+    A point fits when its first optimizer step and its eval on the longest sequences pass the
+    memory limit: `memory_mb` if set, else the `first_step` / `eval_longest` ceilings, and no
+    out-of-memory. The accumulation reported keeps the declared effective batch.
+    """
+
+    microbatches: list[int]
+    max_lengths: list[int] = field(default_factory=list)
+    memory_mb: float = 0.0
+    # Once a microbatch fails at a max length, larger ones are not tried there (memory grows with it).
+    stop_at_first_failure: bool = True
+
+
+@dataclass(frozen=True)
+class StopSpec:
+    """Stop causes declared before the LR runs (R13)."""
+
+    non_finite: bool = True
+    explosion_factor: float = 4.0
+    plateau_validations: int = 0
+
+
+@dataclass(frozen=True)
+class LRBoardSpec:
+    """The LR comparison: identical budget, data and effective batch for every run (R13)."""
+
+    control: float
+    variants: list[float] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    updates: int = 200
+    validate_every: int = 20
+    stop: StopSpec = field(default_factory=StopSpec)
+
+
+@dataclass(frozen=True)
+class ResumeSpec:
+    """Resume test (R15): train k, save, resume in a new process for n more."""
+
+    k: int = 6
+    n: int = 6
+    tolerance: float = 0.0
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """Control inputs replayed before save and after reload (R16)."""
+
+    inputs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What the rental plan is computed for (R18, R19)."""
+
+    dataset_size: int = 0
+    epochs: int = 1
+    headroom: float = 0.15
+    safety_margin: float = 0.2
+    priority: list[str] = field(default_factory=list)
+    expected_result: str = ""
+    distribution: str = "single-gpu"
+    gpus: int = 1
+    # Reserve for the full run: evaluations over the full validation set and checkpoint saves;
+    # 0 means one per epoch. validation_size 0 means dataset_size × split.validation / split.train.
+    evaluations: int = 0
+    checkpoints: int = 0
+    validation_size: int = 0
+
+
+@dataclass(frozen=True)
+class EstimateSpec:
+    """The machine the per-GPU memory estimate is for (R23); unset values take the defaults."""
+
+    # none | ddp | fsdp; default: none on one GPU, ddp on several.
+    strategy: str = ""
+    # GPUs (ranks) per configuration; 0 = plan.gpus.
+    gpus: int = 0
+    # The GPU memory to check against, in GB; 0 = report the smallest common size that holds it.
+    gpu_memory_gb: float = 0.0
+
+
+@dataclass(frozen=True)
+class DistributedSpec:
+    """How the engine phases run on several processes under torchrun (R22)."""
+
+    strategy: str = "none"
+    # 0: batch.replicas when declared, else every visible GPU on cuda (resolved by the runner), 1 on cpu.
+    nproc_per_node: int = 0
+    # "": nccl on GPUs, gloo on CPU.
+    backend: str = ""
+    # Collective timeout; a rank with no progress for this long fails its phase.
+    timeout_s: float = 300.0
+    # Size of the stack phase's all-reduce; 0: 64 MiB on GPUs, 8 MiB on CPU.
+    allreduce_mb: float = 0.0
+    # The steady row warns when waiting for data takes more than this share of an update.
+    data_wait_warn: float = 0.10
+
+
+@dataclass(frozen=True)
+class CampaignSpec:
+    """The whole campaign file."""
+
+    campaign: CampaignSection
+    task: TaskSpec
+    batch: BatchSpec
+    split: SplitSpec = field(default_factory=SplitSpec)
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    phases: PhasesSpec = field(default_factory=PhasesSpec)
+    limits: dict[str, LimitSpec] = field(default_factory=dict)
+    inspect: InspectSpec = field(default_factory=InspectSpec)
+    overfit: OverfitSpec = field(default_factory=OverfitSpec)
+    variants: list[VariantSpec] = field(default_factory=list)
+    lr_board: LRBoardSpec | None = None
+    fit_search: FitSearchSpec | None = None
+    resume: ResumeSpec = field(default_factory=ResumeSpec)
+    control: ControlSpec = field(default_factory=ControlSpec)
+    plan: PlanSpec = field(default_factory=PlanSpec)
+    estimate: EstimateSpec = field(default_factory=EstimateSpec)
+    distributed: DistributedSpec = field(default_factory=DistributedSpec)
+
+    def limit_for(self, phase: str) -> LimitSpec:
+        """The phase's own ceilings, else the `[limits.default]` ones."""
+        return self.limits.get(phase) or self.limits.get("default") or LimitSpec()
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with where it came from (the record copies all of it)."""
+
+    spec: CampaignSpec
+    path: Path
+    text: str
+    raw: dict[str, Any]
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the spec is relative to the spec file."""
+        return (self.path.parent / relative).resolve()
+
+
+# --------------------------------------------------------------------------------------------
+# Typed building with key paths; every failure becomes one SpecError line.
+
+
+class _KeyError(Exception):
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+        self.problem = problem
+
+
+def _type_name(tp: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if tp in names:
+        return names[tp]
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return "an array"
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return "a table"
+    return str(tp)
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(args[0], value, key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise _KeyError(key, f"expected a table, got {type(value).__name__}")
+        return _build(tp, value, key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _KeyError(key, f"expected an array, got {_describe(value)}")
+        (item,) = typing.get_args(tp)
+        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _KeyError(key, f"expected a table, got {_describe(value)}")
+        _, item = typing.get_args(tp)
+        if item is Any:
+            return dict(value)
+        return {k: _convert(item, v, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    # TOML spells inf and nan; no key of a campaign means anything by them (0 is "no ceiling").
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise _KeyError(key, f"expected a finite number, got {value}")
+    # bool is an int subclass in Python; TOML keeps them apart, so do we.
+    if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
+        raise _KeyError(key, f"expected {_type_name(tp)}, got {_describe(value)}")
+    return value
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, int | float):
+        return f"number {value}"
+    return type(value).__name__
+
+
+def _build(cls: Any, table: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in table:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            what = "section" if isinstance(table[key], dict | list) and not prefix else "key"
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise _KeyError(_join(prefix, key), f"unknown {what} ({hint}known here: {known})")
+    kwargs = {}
+    for name, f in fields.items():
+        key = _join(prefix, name)
+        if name in table:
+            kwargs[name] = _convert(hints[name], table[name], key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if dataclasses.is_dataclass(hints[name]):
+                raise _KeyError(key, f"required section [{key}] is missing")
+            raise _KeyError(key, "required key is missing")
+    return cls(**kwargs)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+# --------------------------------------------------------------------------------------------
+# Value rules: checked once, after types.
+
+
+def _check(spec: CampaignSpec) -> None:
+    def need(ok: bool, key: str, problem: str) -> None:
+        if not ok:
+            raise _KeyError(key, problem)
+
+    t, b, s, o = spec.task, spec.batch, spec.split, spec.optim
+    need(bool(spec.campaign.name.strip()), "campaign.name", "must not be empty")
+    need(
+        re.fullmatch(r"[A-Za-z0-9._-]+", spec.campaign.name) is not None,
+        "campaign.name",
+        "use letters, digits, '.', '_' or '-' (it names the record file)",
+    )
+    need(
+        len(spec.campaign.name) <= MAX_NAME,
+        "campaign.name",
+        f"{len(spec.campaign.name)} characters; at most {MAX_NAME} (it names the record file)",
+    )
+    need(bool(t.builtin) != bool(t.file), "task", "set exactly one of task.builtin or task.file")
+    need(t.group_kind in GROUP_KINDS, "task.group_kind", f"must be one of {', '.join(GROUP_KINDS)}")
+    need(len(set(t.class_names)) == len(t.class_names), "task.class_names", "a name is used twice")
+    need(all(r.strip() for r in t.requires), "task.requires", "a module name is empty")
+    need(b.microbatch >= 1, "batch.microbatch", f"must be ≥ 1, got {b.microbatch}")
+    need(b.accumulation >= 1, "batch.accumulation", f"must be ≥ 1, got {b.accumulation}")
+    need(b.replicas >= 1, "batch.replicas", f"must be ≥ 1, got {b.replicas}")
+    need(b.max_length >= 0, "batch.max_length", f"must be ≥ 0 (0 = the task's default), got {b.max_length}")
+    need(
+        b.precision in PRECISIONS,
+        "batch.precision",
+        f"must be one of {', '.join(PRECISIONS)}, got {b.precision!r}",
+    )
+    need(b.hold in HOLDS, "batch.hold", f"must be one of {', '.join(HOLDS)}")
+    need(b.device in DEVICES, "batch.device", f"must be one of {', '.join(DEVICES)}")
+    if b.hold == "updates":
+        need(b.updates >= 1, "batch.updates", "hold = 'updates' needs updates ≥ 1")
+        need(b.epochs == 0, "batch.epochs", "hold = 'updates' fixes updates; leave epochs out")
+    else:
+        need(b.epochs >= 1, "batch.epochs", "hold = 'epochs' needs epochs ≥ 1")
+        need(b.updates == 0, "batch.updates", "hold = 'epochs' fixes epochs; leave updates out")
+    for name in ("train", "validation", "test"):
+        need(0 <= getattr(s, name) <= 1, f"split.{name}", "must be between 0 and 1")
+    need(s.train > 0, "split.train", "must be > 0")
+    need(s.validation > 0, "split.validation", "must be > 0 (eval_longest needs a validation set)")
+    total = s.train + s.validation + s.test
+    need(abs(total - 1) < 1e-6, "split", f"train + validation + test must be 1, got {total:.6g}")
+    need(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
+    need(o.weight_decay >= 0, "optim.weight_decay", "must be ≥ 0")
+    need(o.warmup_updates >= 0, "optim.warmup_updates", "must be ≥ 0")
+    need(o.schedule in SCHEDULES, "optim.schedule", f"must be one of {', '.join(SCHEDULES)}")
+    need(o.grad_clip >= 0, "optim.grad_clip", "must be ≥ 0 (0 = no clipping)")
+    need(spec.phases.steady_updates >= 1, "phases.steady_updates", "must be ≥ 1")
+    need(spec.phases.eval_microbatch >= 0, "phases.eval_microbatch", "must be ≥ 0")
+    known = phase_table.names()
+    for name in spec.phases.skip:
+        need(name in known, "phases.skip", f"unknown phase {name!r} (phases: {', '.join(known)})")
+    for name, lim in spec.limits.items():
+        _check_limit_name(name, known)
+        need(lim.memory_mb >= 0, f"limits.{name}.memory_mb", "must be ≥ 0")
+        need(lim.time_s >= 0, f"limits.{name}.time_s", "must be ≥ 0")
+    need(spec.inspect.examples >= 1, "inspect.examples", "must be ≥ 1")
+    ov = spec.overfit
+    need(ov.examples >= 1, "overfit.examples", "must be ≥ 1")
+    need(ov.max_steps >= 1, "overfit.max_steps", "must be ≥ 1")
+    need(0 < ov.recover <= 1, "overfit.recover", "must be in (0, 1]")
+    need(ov.lr > 0, "overfit.lr", "must be > 0")
+    need(
+        ov.loss_below > 0,
+        "overfit.loss_below",
+        f"must be > 0 (a loss never goes below 0), got {ov.loss_below}",
+    )
+    ids = [v.id for v in spec.variants]
+    for i, v in enumerate(spec.variants):
+        key = f"variants[{i}]"
+        need(re.fullmatch(r"[A-Za-z0-9._-]+", v.id) is not None, f"{key}.id", "use letters, digits, . _ -")
+        need(v.id != "control", f"{key}.id", "'control' names the campaign's own configuration")
+        need(ids.count(v.id) == 1, f"{key}.id", f"id {v.id!r} is used twice")
+        need(v.microbatch >= 0, f"{key}.microbatch", "must be ≥ 1 (or left out)")
+        need(v.accumulation >= 0, f"{key}.accumulation", "must be ≥ 1 (or left out)")
+        need(v.max_length >= 0, f"{key}.max_length", "must be ≥ 1 (or left out)")
+        need(v.precision in ("", *PRECISIONS), f"{key}.precision", f"must be one of {', '.join(PRECISIONS)}")
+        # A field set to the control's own value changes nothing either (a duplicate measurement).
+        changes = [
+            v.microbatch and v.microbatch != b.microbatch,
+            v.accumulation and v.accumulation != b.accumulation,
+            v.max_length and v.max_length != b.max_length,
+            v.precision and v.precision != b.precision,
+            v.activation_checkpointing is not None
+            and v.activation_checkpointing != b.activation_checkpointing,
+            v.strategy and v.strategy != spec.distributed.strategy,
+        ]
+        need(any(changes), key, f"variant {v.id!r} changes nothing from the control")
+    if spec.fit_search is not None:
+        fs = spec.fit_search
+        need(len(fs.microbatches) >= 1, "fit_search.microbatches", "declare at least one microbatch")
+        need(all(m >= 1 for m in fs.microbatches), "fit_search.microbatches", "every microbatch must be ≥ 1")
+        need(
+            len(set(fs.microbatches)) == len(fs.microbatches),
+            "fit_search.microbatches",
+            "a value is listed twice",
+        )
+        need(all(m >= 1 for m in fs.max_lengths), "fit_search.max_lengths", "every max length must be ≥ 1")
+        need(
+            len(set(fs.max_lengths)) == len(fs.max_lengths),
+            "fit_search.max_lengths",
+            "a value is listed twice",
+        )
+        need(fs.memory_mb >= 0, "fit_search.memory_mb", "must be ≥ 0 (0 = the phase ceilings)")
+    if spec.lr_board is not None:
+        lr = spec.lr_board
+        need(lr.control > 0, "lr_board.control", "must be > 0")
+        need(all(x > 0 for x in lr.variants), "lr_board.variants", "every LR must be > 0")
+        need(lr.control not in lr.variants, "lr_board.variants", "the control LR is listed again")
+        need(len(set(lr.variants)) == len(lr.variants), "lr_board.variants", "an LR is listed twice")
+        need(len(lr.seeds) >= 1, "lr_board.seeds", "declare at least one seed")
+        need(len(set(lr.seeds)) == len(lr.seeds), "lr_board.seeds", "a seed is listed twice")
+        names = [lr_run_name(x, 0) for x in (lr.control, *lr.variants)]
+        need(
+            len(set(names)) == len(names),
+            "lr_board.variants",
+            "two LRs give the same run name (they differ beyond 6 significant digits)",
+        )
+        need(lr.updates >= 1, "lr_board.updates", "must be ≥ 1")
+        need(lr.validate_every >= 1, "lr_board.validate_every", "must be ≥ 1")
+        need(lr.stop.explosion_factor > 1, "lr_board.stop.explosion_factor", "must be > 1")
+        need(
+            lr.stop.plateau_validations >= 0,
+            "lr_board.stop.plateau_validations",
+            "must be ≥ 0 (0 = no plateau stop)",
+        )
+    need(spec.resume.k >= 1, "resume.k", "must be ≥ 1")
+    need(spec.resume.n >= 1, "resume.n", "must be ≥ 1")
+    need(spec.resume.tolerance >= 0, "resume.tolerance", "must be ≥ 0")
+    p = spec.plan
+    need(p.dataset_size >= 0, "plan.dataset_size", "must be ≥ 0")
+    need(p.epochs >= 1, "plan.epochs", "must be ≥ 1")
+    need(0 <= p.headroom < 10, "plan.headroom", "must be a fraction ≥ 0")
+    need(0 <= p.safety_margin < 10, "plan.safety_margin", "must be a fraction ≥ 0")
+    need(p.gpus >= 1, "plan.gpus", "must be ≥ 1")
+    need(p.evaluations >= 0, "plan.evaluations", "must be ≥ 0 (0 = one per epoch)")
+    need(p.checkpoints >= 0, "plan.checkpoints", "must be ≥ 0 (0 = one per epoch)")
+    need(p.validation_size >= 0, "plan.validation_size", "must be ≥ 0 (0 = from the split ratios)")
+    need(len(set(p.priority)) == len(p.priority), "plan.priority", "a configuration is listed twice")
+    e = spec.estimate
+    need(e.strategy in ("", *STRATEGIES), "estimate.strategy", f"must be one of {', '.join(STRATEGIES)}")
+    need(e.gpus >= 0, "estimate.gpus", "must be ≥ 1 (or left out: plan.gpus)")
+    need(e.gpu_memory_gb >= 0, "estimate.gpu_memory_gb", "must be > 0 GB (or left out)")
+    need(not (e.strategy == "none" and e.gpus > 1), "estimate.strategy", "'none' runs on one GPU")
+
+
+# --------------------------------------------------------------------------------------------
+# [distributed] (issue 16): kept in one block so the world-size rule lives in one place.
+
+
+def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
+    def need(ok: bool, key: str, problem: str) -> None:
+        if not ok:
+            raise _KeyError(key, problem)
+
+    d, b = spec.distributed, spec.batch
+    need(d.strategy in STRATEGIES, "distributed.strategy", f"must be one of {', '.join(STRATEGIES)}")
+    need(d.nproc_per_node >= 0, "distributed.nproc_per_node", "must be ≥ 1 (or 0 for the default)")
+    need(d.backend in BACKENDS, "distributed.backend", "must be 'nccl' or 'gloo' (or left out)")
+    need(d.timeout_s > 0, "distributed.timeout_s", "must be > 0")
+    need(d.allreduce_mb >= 0, "distributed.allreduce_mb", "must be ≥ 0 (0 = the default size)")
+    need(0 < d.data_wait_warn <= 1, "distributed.data_wait_warn", "must be a share in (0, 1]")
+    need(b.num_workers >= 0, "batch.num_workers", "must be ≥ 0")
+    if d.strategy == "none":
+        need(
+            d.nproc_per_node <= 1, "distributed.nproc_per_node", "several processes need strategy ddp or fsdp"
+        )
+        need(b.replicas == 1, "batch.replicas", "replicas > 1 needs [distributed] strategy = 'ddp' or 'fsdp'")
+    elif d.nproc_per_node:
+        need(
+            b.replicas == d.nproc_per_node or not replicas_declared,
+            "batch.replicas",
+            f"is {b.replicas} but distributed.nproc_per_node is {d.nproc_per_node}: replicas is the world "
+            "size (leave it out, or make them equal)",
+        )
+    for i, v in enumerate(spec.variants):
+        if v.strategy:
+            need(v.strategy in ("ddp", "fsdp"), f"variants[{i}].strategy", "must be 'ddp' or 'fsdp'")
+            need(d.strategy != "none", f"variants[{i}].strategy", "needs [distributed] strategy ddp or fsdp")
+
+
+def _resolve_world(spec: CampaignSpec) -> CampaignSpec:
+    """batch.replicas becomes the world size: nproc_per_node when only that is declared."""
+    d = spec.distributed
+    if d.strategy != "none" and d.nproc_per_node and spec.batch.replicas != d.nproc_per_node:
+        return dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, replicas=d.nproc_per_node))
+    if d.strategy != "none" and not d.nproc_per_node and spec.batch.replicas > 1:
+        return dataclasses.replace(
+            spec, distributed=dataclasses.replace(d, nproc_per_node=spec.batch.replicas)
+        )
+    return spec
+
+
+def _check_limit_name(name: str, phases: tuple[str, ...]) -> None:
+    """`[limits.NAME]`: a misspelled phase would silently drop its ceiling, so it is refused."""
+    if name == "default" or name in phases:
+        return
+    close = difflib.get_close_matches(name, [*phases, "default"], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise _KeyError(f"limits.{name}", f"unknown phase ({hint}phases: default, {', '.join(phases)})")
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """Best-effort line of a dotted key in the TOML text (for messages, not for parsing)."""
+    parts = re.sub(r"\[\d+\]", "", key).split(".")
+    table: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.fullmatch(r"\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = [p.strip() for p in header.group(1).split(".")]
+            if table == parts:
+                return number
+            continue
+        match = re.match(r"([A-Za-z0-9_.\"-]+)\s*=", stripped)
+        if match:
+            path = table + [p.strip('"') for p in match.group(1).split(".")]
+            if path == parts or (len(parts) > len(table) and path[: len(parts)] == parts):
+                return number
+    # Fall back to the table itself (e.g. a missing key: point at its section).
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = re.fullmatch(r"\[\[?\s*([^\]]+?)\s*\]\]?", line.strip())
+        if header and [p.strip() for p in header.group(1).split(".")] == parts[:-1]:
+            return number
+    return None
+
+
+def parse_spec(text: str, path: Path) -> LoadedSpec:
+    """Parse and validate campaign text; raise SpecError with file, key and line."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: TOML syntax error: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: arrays or tables nested too deeply to be a campaign") from None
+    try:
+        spec = _build(CampaignSpec, raw, "")
+        _check(spec)
+        _check_distributed(spec, "replicas" in raw.get("batch", {}))
+        spec = _resolve_world(spec)
+    except _KeyError as exc:
+        line = _line_of(text, exc.key)
+        where = f"line {line}: " if line else ""
+        raise SpecError(f"{path}: {where}{exc.key}: {exc.problem}") from None
+    return LoadedSpec(spec=spec, path=path.resolve(), text=text, raw=raw)
+
+
+# A campaign file is a page of TOML; anything this large is a mistake (or /dev/zero).
+MAX_SPEC_BYTES = 1 << 20
+
+
+def read_campaign_text(p: Path) -> str:
+    """The campaign file's text, refusing what is not a regular file of sane size (R24).
+
+    A FIFO would block the read forever and `/dev/zero` would fill the memory: the file is
+    checked after opening (no race with a swap), non-blocking, and read with a bound.
+    """
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise SpecError(f"{p}: campaign file not found") from None
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read campaign file: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SpecError(f"{p}: not a regular file (a campaign is a TOML file)")
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"{p}: {st.st_size:,} bytes; a campaign file is at most {MAX_SPEC_BYTES:,}")
+        try:
+            data = fh.read(MAX_SPEC_BYTES + 1)
+        except OSError as exc:
+            raise SpecError(f"{p}: cannot read campaign file: {exc.strerror or exc}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{p}: more than {MAX_SPEC_BYTES:,} bytes; a campaign file is at most that")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: not UTF-8 text (byte {exc.start}): a campaign is a TOML file") from None
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    """Read a campaign file from disk."""
+    p = Path(path)
+    text = read_campaign_text(p)
+    loaded = parse_spec(text, p)
+    if loaded.spec.task.file and not loaded.resolve(loaded.spec.task.file).is_file():
+        line = _line_of(text, "task.file")
+        where = f"line {line}: " if line else ""
+        raise SpecError(f"{p}: {where}task.file: no such file {loaded.spec.task.file!r}")
+    return loaded

@@ -1,0 +1,110 @@
+"""The plan a renter acts on (issue 18): a time range, the machine's load, the GPU size, caveats
+first, a provisional plan for an interrupted record; and headless lines that fit 80 columns."""
+
+from __future__ import annotations
+
+import copy
+import io
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pilot_tui.analysis import plan
+from pilot_tui.commands.headless import phase_line
+from pilot_tui.core.rows import PhaseRow
+from pilot_tui.core.steps import campaign_steps
+
+RECORD = Path(__file__).resolve().parent.parent / "tui" / "data" / "record.toml"
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    return tomllib.loads(RECORD.read_text())
+
+
+def test_interval_spans_p10_to_p90_around_the_mean_estimate(data) -> None:
+    computed = plan.compute_plan(data)
+    entry = computed["package"]["order"][0]
+    steady = dict(plan.newest_rows(data)["steady"].details)
+    step = entry["step_time_s"]
+    details = steady | {"step_time_p10_s": step * 0.8, "step_time_p90_s": step * 1.5}
+    span = plan.interval(entry, details)
+    assert span is not None and span["steady_updates"] == steady["updates"]
+    assert span["low_h"] < entry["total_h"] < span["high_h"]
+    # No recorded spread (an older record): no range rather than a made-up one.
+    assert plan.interval(entry, {"step_time_p90_s": step}) is None
+
+
+def test_a_busy_machine_is_named_and_an_idle_one_is_not() -> None:
+    busy = plan.busy_machine({"load_avg_1m": 5.2, "cpu_count": 2, "torch_threads": 1})
+    assert "busy" in busy and "5.2" in busy and "2 cores" in busy
+    assert plan.busy_machine({"load_avg_1m": 1.1, "cpu_count": 2, "torch_threads": 1}) == ""
+    assert plan.busy_machine({}) == ""
+
+
+@pytest.mark.parametrize(
+    ("need_mb", "gb"), [(1, 24), (24 * 1024, 24), (24 * 1024 + 1, 40), (81 * 1024, 141), (150 * 1024, 0)]
+)
+def test_gpu_size_is_the_smallest_common_size_that_holds_it(need_mb: float, gb: int) -> None:
+    assert plan.gpu_size(need_mb) == gb
+
+
+def test_cuda_need_adds_the_context_nvml_sees_and_the_headroom(data) -> None:
+    row = PhaseRow.from_toml(
+        {
+            "name": "steady",
+            "step": "steady",
+            "variant": "control",
+            "verdict": "pass",
+            "memory": {"peak_reserved_mb": 30000.0, "reserved_mb": 20000.0, "nvml_used_mb": 20500.0},
+        }
+    )
+    rows = {"steady": row}
+    need = plan.gpu_need(rows, "control", 0.15)
+    assert need["cuda_context_mb"] == 500.0
+    assert need["need_mb"] == pytest.approx(30500 * 1.15, abs=0.1)
+    assert need["smallest_gpu_gb"] == 40
+    sheet = {"gpu_need": need, "headroom": 0.15}
+    assert plan.memory_caption(sheet).startswith("per-GPU memory incl. CUDA context (NVML)")
+
+
+def test_cpu_plan_text_puts_its_caveats_first(data) -> None:
+    lines = plan.text_lines(plan.compute_plan(data))
+    assert lines[0].startswith("! measured on the CPU")
+    assert any(line.startswith("! memory: runner process peak RSS on CPU — not GPU memory") for line in lines)
+    assert lines.index("Choice sheet") > 1
+
+
+def test_an_interrupted_record_gets_a_provisional_plan(data, tmp_path: Path) -> None:
+    import tomli_w
+
+    cut = copy.deepcopy(data)
+    cut["phases"] = cut["phases"][:12]
+    cut.pop("plan")
+    path = tmp_path / "cut.toml"
+    path.write_text(tomli_w.dumps(cut))
+    out = io.StringIO()
+    plan.print_plan(path, out)
+    text = out.getvalue()
+    planned = len(campaign_steps(plan.spec_of(data)))  # the record's own spec says what was planned
+    assert f"! PROVISIONAL: the campaign stopped after 12 of {planned} steps" in text
+
+
+def test_headless_phase_lines_fit_80_columns(data) -> None:
+    for row in data["phases"]:
+        line = phase_line(row)
+        assert len(line) <= 80 and "\n" not in line
+        assert line.split()[1] == row["verdict"]
+        if len(str(row.get("reason", ""))) > 40:
+            assert line.endswith("…")
+
+
+def test_the_thread_count_caveat_is_said_once_for_every_configuration(data) -> None:
+    cut = copy.deepcopy(data)
+    for row in cut["phases"]:
+        if row["name"] == "steady":
+            row["details"] |= {"torch_threads": 1, "cpu_count": 2}
+    caveats = plan.compute_plan(cut)["caveats"]
+    assert len(plan.compute_plan(cut)["package"]["order"]) > 1
+    assert sum("torch thread count" in c for c in caveats) == 1
