@@ -48,7 +48,7 @@ from .messages import (
     PhaseFinishedMsg,
     PhaseProgressMsg,
     PhaseStartedMsg,
-    RecordExported,
+    RecordSaved,
     RecordUpdateMsg,
     RunnerErrorMsg,
     RunnerIdle,
@@ -99,7 +99,7 @@ class PilotApp(App[int]):
         Binding("a", "run_all", "all"),
         Binding("v", "variant", "variant"),
         Binding("c", "cancel_phase", "cancel"),
-        Binding("e", "export", "export"),
+        Binding("e", "save_record", "save record"),
         Binding("o", "note", "note", show=False),
         Binding("C", "conclude", "conclude", show=False),
         Binding("1", "show_pane('gates')", "gates", show=False),
@@ -121,7 +121,7 @@ class PilotApp(App[int]):
         ("c", "cancel the running phase (and the queued ones); n runs it again"),
         ("r", "re-run the selected step under its own key (a new row)"),
         ("d", "details: the selected step's (Gates), the whole plan (Plan)"),
-        ("e", "export: write the record, show its path"),
+        ("e", "save record: write the record, show its path"),
         ("o", "add an observation on the selected row"),
         ("C", "write the campaign's conclusion and decision"),
         ("1 … 5", "Gates · Batch · Counters · Board · Plan"),
@@ -609,13 +609,13 @@ class PilotApp(App[int]):
         if campaign and all(g.finished for g in campaign) and self.runner is not None:
             self.runner.plan()  # every step ran: the choice sheet and package from the rows
 
-    @on(RecordExported)
-    def handle_exported(self, msg: RecordExported) -> None:
+    @on(RecordSaved)
+    def handle_record_saved(self, msg: RecordSaved) -> None:
         if msg.error:
-            self.notify(f"record not written: {msg.error}", title="export", severity="error", timeout=10)
+            self.notify(f"record not written: {msg.error}", title="save record", severity="error", timeout=10)
         else:
             self.record_path = msg.path
-            self.notify(f"record written: {msg.path}", title="export", timeout=8)
+            self.notify(f"record written: {msg.path}", title="save record", timeout=8)
 
     # ------------------------------------------------------------------ actions
 
@@ -715,15 +715,15 @@ class PilotApp(App[int]):
 
         self.push_screen(VariantForm(gate.phase, variant, current), chosen)
 
-    def action_export(self) -> None:
+    def action_save_record(self) -> None:
         """Write the record (it is also saved after every phase) and show its path."""
         if self.saved is not None:
-            self.notify(f"read-only record, nothing to write: {self.saved.path}", title="export")
+            self.notify(f"read-only record, nothing to write: {self.saved.path}", title="save record")
             return
         assert self.runner is not None
         if self.runner.busy:
-            self.notify("the record is written when the running step ends", title="export")
-        self.runner.export()
+            self.notify("the record is written when the running step ends", title="save record")
+        self.runner.save_record()
 
     def action_note(self) -> None:
         """An observation on the selected row (its step key once it ran), kept in `[[notes]]`."""
