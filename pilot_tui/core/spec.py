@@ -92,7 +92,7 @@ class BatchSpec:
     epochs: int = 0
     device: str = "auto"
     activation_checkpointing: bool = False
-    # The steady phase feeds its batches through a torch DataLoader with these (issue 16).
+    # The steady phase feeds its batches through a torch DataLoader with these.
     num_workers: int = 0
     pin_memory: bool = False
 
@@ -154,7 +154,7 @@ class VariantSpec:
     max_length: int = 0
     precision: str = ""
     activation_checkpointing: bool | None = None
-    # ddp -> fsdp is the per-GPU memory question people pilot (issue 16).
+    # ddp -> fsdp is the per-GPU memory question people pilot.
     strategy: str = ""
 
 
@@ -555,7 +555,7 @@ def _check(spec: CampaignSpec) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# [distributed] (issue 16): kept in one block so the world-size rule lives in one place.
+# [distributed]: kept in one block so the world-size rule lives in one place.
 
 
 def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:

@@ -384,7 +384,7 @@ class PilotApp(App[int]):
             active in self.urgent or now - self.drawn_at.get(active, 0.0) >= LIVE_S
         ):
             # Progress, counters and curves change many times a second: redrawing a table or a
-            # plot that often is what made keys wait while a run trained (issue 18).
+            # plot that often is what made keys wait while a run trained.
             todo = {active}
         else:
             todo = set()

@@ -134,7 +134,7 @@ def test_steady_figures_describe_the_timed_updates_only(engine):
     per_update = steady["params"]["effective_batch"]
     assert d["examples_per_s"] * d["step_time_s"] == pytest.approx(per_update, rel=1e-9)
     assert d["step_time_p10_s"] <= d["step_time_p50_s"] <= d["step_time_p90_s"]
-    # What the loop shared the machine with, for the plan's busy-machine caveat (issue 18).
+    # What the loop shared the machine with, for the plan's busy-machine caveat.
     assert d["torch_threads"] >= 1 and d["cpu_count"] >= 1 and d["load_avg_1m"] >= 0
     # The per-update times sit inside the phase: their median cannot exceed the mean of the loop
     # by more than the whole loop, and the loop cannot be longer than the phase that ran it.
