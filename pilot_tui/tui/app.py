@@ -73,7 +73,8 @@ LIVE_S = 0.5  # live figures (progress, counters, curves) redraw at most twice a
 NVML_PERIOD_S = 0.5
 CPU_PERIOD_S = 1.0
 HISTORY = 60  # sparkline samples (~30 s at 2 Hz)
-JOIN_TIMEOUT_S = 15.0  # longer than the session's cancel grace: the runner is killed before this
+# Past the session's cancel grace (the runner is killed then): the join waits that long and this more.
+JOIN_MARGIN_S = 5.0
 RUN_ACTIONS = ("next_step", "run_all", "variant", "cancel_phase", "rerun")
 
 
@@ -362,7 +363,8 @@ class PilotApp(App[int]):
         if runner is None:
             return
         runner.stop()
-        if not runner.done.wait(JOIN_TIMEOUT_S) and self.source is not None:
+        grace_s = self.source.settings.cancel_grace_s if self.source is not None else 0.0
+        if not runner.done.wait(grace_s + JOIN_MARGIN_S) and self.source is not None:
             self.source.close(timeout=1.0)  # last resort: kills the runner
 
     # ------------------------------------------------------------------ redraw (≤ 10×/s)

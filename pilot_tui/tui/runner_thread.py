@@ -22,6 +22,7 @@ from ..core import phase_table
 from ..core.record import Record
 from ..core.rows import PhaseRow
 from ..core.steps import Step
+from ..session.settings import Settings
 from .messages import CampaignStopped, RecordSaved, RunnerIdle, SessionFailed, SessionReady, wrap
 
 
@@ -31,6 +32,7 @@ class Source(Protocol):
     steps: list[Step]
     record: Record | None
     record_id: str
+    settings: Settings
 
     def start(self) -> ev.RunnerReady: ...
     def run_step(self, key: str, overrides: dict[str, Any] | None = None) -> Iterator[ev.WireMessage]: ...

@@ -6,6 +6,7 @@ Everything is real: torch on CPU in a separate runner process, the record read b
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import signal
@@ -204,7 +205,7 @@ def test_cancel_mid_phase_fails_the_row_and_keeps_the_runner(engine):
 
 def test_a_cancel_while_idle_does_not_kill_the_next_step(engine, monkeypatch):
     session, _ = engine
-    monkeypatch.setattr("pilot_tui.session.driver.CANCEL_GRACE_S", 0.3)
+    monkeypatch.setattr(session, "settings", dataclasses.replace(session.settings, cancel_grace_s=0.3))
     pid = session.runner_pid
     session.cancel()  # nothing in flight: e.g. a late key press after the phase ended
     # Longer than the grace period: a stale kill timer would fire in the middle of it.
