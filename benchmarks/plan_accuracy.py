@@ -1,10 +1,10 @@
-"""How well does the plan predict a real run? (R19 acceptance)
+"""How well does the plan's time projection predict a real run? (R19 acceptance)
 
 Default: a campaign written the way a user writes one (`benchmarks/user_gpt/`: their own small
 GPT in `model.py` and data in `data.py`, imported by `task.py` beside them). Each round:
 
 1. *pilot*, in a fresh runner process: stack, load, first_step, steady (timed to the campaign's
-   precision) and eval_longest; the plan computed from that record predicts the training time of
+   precision) and eval_longest; the plan computed from that record projects the training time of
    the declared 200 updates, `load + first update + 199 × steady mean step`, and its range,
    `load + first update + 199 × [low, high]` of `analysis/step_time.step_range` (the interval of
    the mean step time, widened by the contention the timed loop measured);
