@@ -70,11 +70,11 @@ def one_round(folder: Path) -> tuple[float, float, dict[str, Any]]:
     pilot = run_steps(write_campaign(folder, "pilot", pilot_skip), folder / "records")
     plan = compute_plan(pilot)
     budget = int(pilot["accounting"]["updates"])
-    if plan["sheet"]["kept"] != "control":
-        raise SystemExit(f"the pilot kept no configuration: {plan['sheet']['kept_reason']}")
-    (control,) = [o for o in plan["package"]["order"] if o["id"] == "control"]
-    assert control["updates"] == budget, (control["updates"], budget)
-    predicted = float(control["train_s"])
+    if plan.sheet.kept != "control":
+        raise SystemExit(f"the pilot kept no configuration: {plan.sheet.kept_reason}")
+    (control,) = [o for o in plan.package.order if o.id == "control"]
+    assert control.updates == budget, (control.updates, budget)
+    predicted = control.train_s
 
     # The same process start as the pilot (stack first, so torch warm-up lands in the same place).
     actual_skip = ["eval_longest", *pilot_skip]

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             _warn_task_file(args.record)
             return EXIT_OK
         if args.command == "plan":
-            from ..analysis.plan import print_plan
+            from .plan import print_plan
 
             return print_plan(args.record)
         if args.command in ("note", "conclude"):
