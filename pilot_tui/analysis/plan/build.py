@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ...core.steps import campaign_steps
@@ -37,11 +39,25 @@ class Plan:
         return from_toml(cls, data)
 
 
-def compute_plan(data: Mapping[str, Any], provisional: str | None = None) -> Plan:
-    """The plan of a record, from its own rows and spec."""
+def compute_plan(
+    data: Mapping[str, Any],
+    provisional: str | None = None,
+    *,
+    record_dir: Path | None = None,
+    schedule: Mapping[str, int] | None = None,
+) -> Plan:
+    """The plan of a record, from its own rows and spec.
+
+    `record_dir`: the records' folder (the default `plan.checkpoint_dir`). `schedule`: `[plan]`
+    keys to plan with instead of the record's (`pilot-tui plan --save-every …`): a new schedule
+    is re-planned from the same measurements, without a new pilot.
+    """
     facts = read_facts(data)
+    if schedule:
+        plan_spec = dataclasses.replace(facts.spec.plan, **schedule)
+        facts = dataclasses.replace(facts, spec=dataclasses.replace(facts.spec, plan=plan_spec))
     sheet = choice_sheet(facts)
-    package = package_plan(facts, sheet, assumptions(facts, sheet))
+    package = package_plan(facts, sheet, assumptions(facts, sheet), record_dir)
     return Plan(
         sheet=sheet,
         package=package,
@@ -51,7 +67,9 @@ def compute_plan(data: Mapping[str, Any], provisional: str | None = None) -> Pla
     )
 
 
-def provisional_plan(data: Mapping[str, Any]) -> Plan:
+def provisional_plan(
+    data: Mapping[str, Any], *, record_dir: Path | None = None, schedule: Mapping[str, int] | None = None
+) -> Plan:
     """The plan of a record that stopped before its end, marked provisional (or why there is none)."""
     facts = read_facts(data)
     steps = [s.key for s in campaign_steps(facts.spec)]
@@ -63,4 +81,6 @@ def provisional_plan(data: Mapping[str, Any]) -> Plan:
         data,
         f"PROVISIONAL: the campaign stopped after {len(done & planned)} of {len(planned)} steps "
         f"({len(missing)} not run{': ' + listed if missing else ''})",
+        record_dir=record_dir,
+        schedule=schedule,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...core.rows import PhaseRow
+from ...core.rows import PASS, PhaseRow
 from .inputs import Environment, Facts, number_at, step_key, text
 from .package import PackagePlan
 from .sheet import ChoiceSheet
@@ -100,6 +100,11 @@ def caveats(
     if sheet.device.startswith("cpu"):
         out.append(CPU_CAVEAT)
     out.append(f"memory: {sheet.memory_caption}")
+    space, timeout = package.disk, package.save_timeout
+    if space is not None and space.status != PASS:
+        out.append(f"disk ({space.status}): {space.reason} in {space.checkpoint_dir}")
+    if timeout is not None and timeout.status != PASS:
+        out.append(f"save ({timeout.status}): {timeout.reason}")
     for run in package.order:
         steady = facts.rows.get(step_key("steady", run.id))
         if steady is None:

@@ -241,6 +241,8 @@ class Facts:
     train_examples: int
     validation_examples: int
     configurations: tuple[str, ...]
+    # The campaign file the record ran (`[campaign] spec_path`): paths in the spec are relative to it.
+    spec_path: str = ""
 
     def row(self, phase: str, config: str = CONTROL) -> PhaseRow | None:
         """The newest row of `phase` for `config`, if it ran."""
@@ -262,4 +264,5 @@ def read_facts(data: Mapping[str, Any], spec: CampaignSpec | None = None) -> Fac
         train_examples=int(num(number_at(splits, "train"))),
         validation_examples=int(num(number_at(splits, "validation"))),
         configurations=tuple(configurations(every, spec)),
+        spec_path=text(table(data, "campaign"), "spec_path"),
     )

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...core.accounting import account
-from ...core.rows import PhaseRow
+from ...core.rows import FAIL, PhaseRow
 from ...core.spec import CampaignSpec
 from .inputs import Facts, step_key
+from .rental import Disk, Restart, SaveTimeout, Throughput, disk, restart, save_timeout, throughput
 from .sheet import ChoiceSheet, Configuration
 
 DAY_S = 86_400.0
@@ -64,6 +66,12 @@ class PlannedRun:
     start_h: float = 0.0
     end_h: float = 0.0
     interval: Interval | None = None
+    # The whole rental (R27); absent from plans written before it was planned.
+    save_each_s: float | None = None
+    eval_examples_per_s: float | None = None
+    restarts: int = 0
+    restart: Restart | None = None
+    restarts_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,10 @@ class PackagePlan:
     order: tuple[PlannedRun, ...]
     not_fit: tuple[NotPlanned, ...]
     assumptions: tuple[str, ...]
+    # The whole rental (R27): disk, saves against the collective timeout, throughput.
+    disk: Disk | None = None
+    save_timeout: SaveTimeout | None = None
+    throughput: tuple[Throughput, ...] = ()
 
 
 def full_run_updates(
@@ -160,7 +172,7 @@ def interval(run: PlannedRun, steady: PhaseRow | None) -> Interval | None:
     p10, p90 = steady.detail("step_time_p10_s"), steady.detail("step_time_p90_s")
     if p10 <= 0 or p90 <= 0 or run.updates < 1:
         return None
-    fixed = run.startup_s + run.eval_s + run.save_s + run.export_s
+    fixed = run.startup_s + run.eval_s + run.save_s + run.restarts_s + run.export_s
     margin = run.margin_s / max(run.total_s - run.margin_s, 1e-9)
 
     def total(step_s: float) -> float:
@@ -221,6 +233,7 @@ def estimate(entry: Configuration, facts: Facts) -> Estimated:
         )
     ev = rows.get(step_key("eval_longest", config))
     eval_s, evaluations, val_size, eval_batches = 0.0, 0, 0, 0
+    eval_rate: float | None = None
     if ev is not None:
         ev_batch = int(ev.param("eval_microbatch")) or mb
         if plan.validation_size:
@@ -229,22 +242,39 @@ def estimate(entry: Configuration, facts: Facts) -> Estimated:
             val_size = round(plan.dataset_size * spec.split.validation / spec.split.train)
         else:
             val_size = facts.validation_examples
-        evaluations = plan.evaluations or max(1, math.ceil(epochs))
+        val_size = plan.eval_examples or val_size
+        if plan.eval_every:
+            evaluations = max(1, updates // plan.eval_every)  # at least the final one
+        else:
+            evaluations = plan.evaluations or max(1, math.ceil(epochs))
         eval_batches = math.ceil(val_size / max(ev_batch, 1))
         # The synchronised forward of the longest batch when recorded; the whole phase (which
         # also scans the validation lengths) in records made before it was.
         per_batch = ev.detail("forward_s", duration(ev))
         eval_s = evaluations * eval_batches * per_batch
+        examples = int(ev.param("eval_microbatch")) or ev_batch
+        eval_rate = examples / per_batch if per_batch > 0 else None
     else:
         notes.append(f"{step_key('eval_longest', config)} not measured: no evaluation reserve")
     save, export = facts.row("save"), facts.row("export")
-    checkpoints = plan.checkpoints or max(1, math.ceil(epochs))
-    save_s = checkpoints * duration(save)
+    if plan.save_every:
+        checkpoints = max(1, updates // plan.save_every)  # at least the final one
+    else:
+        checkpoints = plan.checkpoints or max(1, math.ceil(epochs))
+    # The timed write alone when the row has it; the whole phase (with its reload and
+    # comparison, an upper bound) in records made before it did.
+    save_each = save.detail("save_s", duration(save)) if save is not None else 0.0
+    save_s = checkpoints * save_each
     export_s = duration(export)
     for name, row in (("save", save), ("export", export)):
         if row is None:
             notes.append(f"{name} not measured: no {name} reserve")
-    work_s = train_s + eval_s + save_s + export_s
+    again = restart(facts, updates, epochs, eff // replicas, step_s, checkpoints)
+    restarts = plan.restarts
+    restarts_s = restarts * again.total_s if again is not None else 0.0
+    if again is None and restarts:
+        notes.append("resume not measured (or failed): no restart reserve")
+    work_s = train_s + eval_s + save_s + restarts_s + export_s
     margin_s = work_s * plan.safety_margin
     run = PlannedRun(
         id=config,
@@ -265,11 +295,18 @@ def estimate(entry: Configuration, facts: Facts) -> Estimated:
         margin_s=round(margin_s, 3),
         total_s=round(work_s + margin_s, 3),
         total_h=hours(work_s + margin_s),
+        save_each_s=round(save_each, 4) if save is not None else None,
+        eval_examples_per_s=round(eval_rate, 3) if eval_rate is not None else None,
+        restarts=restarts,
+        restart=again,
+        restarts_s=round(restarts_s, 3),
     )
     return Estimated(config, run=run, notes=tuple(notes))
 
 
-def package_plan(facts: Facts, sheet: ChoiceSheet, assumptions: list[str]) -> PackagePlan:
+def package_plan(
+    facts: Facts, sheet: ChoiceSheet, assumptions: list[str], record_dir: Path | None = None
+) -> PackagePlan:
     """R19: the priority configurations, estimated and fitted into the smallest 3/7/30-day package.
 
     `assumptions` are the campaign-wide ones (caveats.assumptions); each estimate's notes follow.
@@ -337,13 +374,19 @@ def package_plan(facts: Facts, sheet: ChoiceSheet, assumptions: list[str]) -> Pa
             f"does not fit in {PACKAGES[-1]} days: the priority work needs {hours(need_s):.1f} h of "
             f"{capacity / 3600:.0f} h; not fitting: {', '.join(n.id for n in not_fit)}"
         )
-    if sheet.blocked_by:
+    space = disk(facts, max((r.checkpoints for r in order), default=0), record_dir)
+    blocked = list(sheet.blocked_by)
+    if space is not None and space.status == FAIL:
+        blocked.append(f"disk: {space.reason} in {space.checkpoint_dir}")
+    if blocked:
         # The figures stay (they are measured), but nobody should rent on them as they are.
-        summary = f"BLOCKED — {'; '.join(sheet.blocked_by)}; fix it before renting (times for information: {summary})"
+        summary = f"BLOCKED — {'; '.join(blocked)}; fix it before renting (times for information: {summary})"
+    save_each = next((r.save_each_s for r in order if r.save_each_s is not None), None)
+    ranks = max(sheet.replicas, 1)
     return PackagePlan(
         days=days,
-        blocked=bool(sheet.blocked_by),
-        fits_all=bool(days) and not not_fit and not sheet.blocked_by,
+        blocked=bool(blocked),
+        fits_all=bool(days) and not not_fit and not blocked,
         summary=summary,
         capacity_h=hours(capacity) if candidates else 0.0,
         need_h=hours(need_s),
@@ -353,4 +396,9 @@ def package_plan(facts: Facts, sheet: ChoiceSheet, assumptions: list[str]) -> Pa
         order=tuple(order),
         not_fit=tuple(not_fit),
         assumptions=tuple(notes),
+        disk=space,
+        save_timeout=save_timeout(facts, save_each, ranks) if save_each is not None else None,
+        throughput=tuple(
+            t for c in sheet.configurations if (t := throughput(facts, c.id, c.precision)) is not None
+        ),
     )

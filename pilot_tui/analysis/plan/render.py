@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..memory_estimate import plan_view_lines
 from .build import Plan
 from .package import PlannedRun, hours
+from .rental import part_bar
 
 
 def _short(text: str, width: int = 160) -> str:
@@ -48,6 +49,75 @@ def _range_line(o: PlannedRun) -> str | None:
     )
 
 
+PARTS = (("S", "steps"), ("E", "evals"), ("C", "saves"), ("R", "restarts"), ("X", "export"), ("m", "margin"))
+
+
+def _parts_line(o: PlannedRun) -> str | None:
+    """Where one configuration's time goes, as parts of a bar (absent from plans made before it)."""
+    if o.save_each_s is None and not o.restarts:
+        return None
+    values = [o.train_s, o.eval_s, o.save_s, o.restarts_s, o.export_s, o.margin_s]
+    total = sum(values) or 1.0
+    named = " · ".join(
+        f"{name} {hours(v):.2f} h ({v / total:.0%})" for (_, name), v in zip(PARTS, values, strict=True)
+    )
+    bar = part_bar([(letter, v) for (letter, _), v in zip(PARTS, values, strict=True)])
+    return f"     {o.id}: [{bar}] {named}"
+
+
+def _restart_line(o: PlannedRun) -> str | None:
+    r = o.restart
+    if r is None:
+        return None
+    skip = (
+        f"data skip to mid-package {r.skip_s:.3g} s ({r.skip_examples} examples re-read)"
+        if r.skip_s is not None
+        else "data skip not measured (the resume row did not time one)"
+    )
+    return (
+        f"     {o.id}: {o.restarts} restart(s) × {r.total_s:.3g} s = fresh process to first update "
+        f"{r.process_s:.3g} s + {skip} "
+        f"+ half a save interval redone {r.redo_s:.3g} s; saves {o.checkpoints} × {o.save_each_s or 0:.3g} s"
+        + (
+            f"; evaluation {o.evaluations} × {o.validation_size} examples at {o.eval_examples_per_s:.4g} examples/s"
+            if o.eval_examples_per_s
+            else ""
+        )
+    )
+
+
+def rental_lines(plan: Plan) -> list[str]:
+    """The whole rental: disk, saves against the collective timeout, throughput per configuration."""
+    p = plan.package
+    if p.disk is None and p.save_timeout is None and not p.throughput:
+        return []
+    lines = ["", "Rental"]
+    d = p.disk
+    if d is not None:
+        lines.append(
+            f"  disk                {d.status}: checkpoint {d.checkpoint_mb:.4g} MiB × {d.copies} = "
+            f"{d.need_gb:.3g} GiB of {d.free_gb:.4g} GiB free in {d.checkpoint_dir} ({d.reason})"
+        )
+    t = p.save_timeout
+    lines.append(
+        f"  save vs timeout     {t.status}: {t.reason}"
+        if t is not None
+        else "  save vs timeout     one process: no collective waits on a save"
+    )
+    for tp in p.throughput:
+        tokens = (
+            f"{tp.tokens_per_s:,.0f} tokens/s (non-padding)"
+            if tp.tokens_per_s is not None
+            else "no token count"
+        )
+        examples = (
+            f"{tp.examples_per_s:,.1f} examples/s" if tp.examples_per_s is not None else "no example count"
+        )
+        mfu = f" · MFU {tp.mfu:.1%} ({tp.mfu_basis})" if tp.mfu is not None else ""
+        lines.append(f"  throughput          {tp.id:<14} {tokens} · {examples}{mfu}")
+    return lines
+
+
 def plan_lines(plan: Plan) -> list[str]:
     """The full sheet and package as text, each planned configuration with its time range."""
     s, p = plan.sheet, plan.package
@@ -81,16 +151,16 @@ def plan_lines(plan: Plan) -> list[str]:
     lines += ["", "Package plan", f"  {p.summary}"]
     for o in p.order:
         lines.append(_run_line(o))
-        span = _range_line(o)
-        if span is not None:
-            lines.append(span)
+        for extra in (_range_line(o), _parts_line(o), _restart_line(o)):
+            if extra is not None:
+                lines.append(extra)
     if p.order:
         lines.append(f"     updates: {p.order[0].basis}")
     for n in p.not_fit:
         lines.append(f"  not planned: {n.id} ({n.cause}): {n.reason}")
     for a in p.assumptions:
         lines.append(f"  assumes: {a}")
-    return lines + plan_view_lines(plan.estimate)
+    return lines + rental_lines(plan) + plan_view_lines(plan.estimate)
 
 
 def text_lines(plan: Plan) -> list[str]:

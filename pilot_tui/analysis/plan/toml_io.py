@@ -52,9 +52,15 @@ def from_toml(cls: type[T], data: Any, where: str = "plan") -> T:
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name in data:
             kwargs[f.name] = _value(hints[f.name], data[f.name], f"{where}.{f.name}")
+        elif _optional(hints[f.name]):
+            kwargs[f.name] = None  # `as_toml` leaves a None out: TOML has no null
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise PlanFormatError(f"{where}.{f.name}: missing")
     return cls(**kwargs)
+
+
+def _optional(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
 
 
 def _value(tp: Any, value: Any, where: str) -> Any:
