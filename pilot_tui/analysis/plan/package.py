@@ -38,6 +38,9 @@ class Interval:
     step_p10_s: float
     step_p90_s: float
     steady_updates: int
+    # The same range in seconds (the hours above are rounded to 3.6 s; a short run needs these).
+    low_s: float | None = None
+    high_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,10 @@ def interval(run: PlannedRun, steady: PhaseRow | None) -> Interval | None:
     def total(step_s: float) -> float:
         return (fixed + (run.updates - 1) * step_s) * (1 + margin)
 
-    return Interval(hours(total(p10)), hours(total(p90)), p10, p90, int(steady.detail("updates")))
+    low, high = total(p10), total(p90)
+    return Interval(
+        hours(low), hours(high), p10, p90, int(steady.detail("updates")), round(low, 3), round(high, 3)
+    )
 
 
 def estimate(entry: Configuration, facts: Facts) -> Estimated:

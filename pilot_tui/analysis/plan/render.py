@@ -8,6 +8,15 @@ from .package import PlannedRun, hours
 from .rental import part_bar
 
 
+def seconds(s: float) -> str:
+    """A duration a person reads at a glance: seconds, minutes or hours."""
+    if s < 100:
+        return f"{s:.3g} s"
+    if s < 6000:
+        return f"{s / 60:.3g} min"
+    return f"{s / 3600:.3g} h"
+
+
 def _short(text: str, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -70,14 +79,14 @@ def _restart_line(o: PlannedRun) -> str | None:
     if r is None:
         return None
     skip = (
-        f"data skip to mid-package {r.skip_s:.3g} s ({r.skip_examples} examples re-read)"
+        f"data skip to mid-package {seconds(r.skip_s)} ({r.skip_examples} examples re-read)"
         if r.skip_s is not None
         else "data skip not measured (the resume row did not time one)"
     )
     return (
-        f"     {o.id}: {o.restarts} restart(s) × {r.total_s:.3g} s = fresh process to first update "
-        f"{r.process_s:.3g} s + {skip} "
-        f"+ half a save interval redone {r.redo_s:.3g} s; saves {o.checkpoints} × {o.save_each_s or 0:.3g} s"
+        f"     {o.id}: {o.restarts} restart(s) × {seconds(r.total_s)} = fresh process to first update "
+        f"{seconds(r.process_s)} + {skip} "
+        f"+ half a save interval redone {seconds(r.redo_s)}; saves {o.checkpoints} × {seconds(o.save_each_s or 0)}"
         + (
             f"; evaluation {o.evaluations} × {o.validation_size} examples at {o.eval_examples_per_s:.4g} examples/s"
             if o.eval_examples_per_s
