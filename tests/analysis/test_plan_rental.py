@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import tomli_w
 from conftest import deep_merge, demo_raw
-from test_plan import NO_VARIANTS, engine_rows, record, row, stack_row
+from plan_records import NO_VARIANTS, engine_rows, record, row, stack_row
 
 from pilot_tui.analysis.plan import Plan, compute_plan, text_lines
 from pilot_tui.commands.cli import main
