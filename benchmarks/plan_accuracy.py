@@ -1,4 +1,4 @@
-"""How well does the plan's estimator predict a real run? (R19, R27 acceptance)
+"""How well does the plan's time projection predict a real run? (R19, R27 acceptance)
 
 For each round, in fresh runner processes (as a rental run would start):
 
