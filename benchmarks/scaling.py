@@ -27,7 +27,7 @@ import tomli_w
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pilot_tui.analysis.plan import choice_sheet, estimate, read_facts  # noqa: E402
+from pilot_tui.analysis.plan import choice_sheet, project, read_facts  # noqa: E402
 from pilot_tui.core.events import PhaseFinished  # noqa: E402
 from pilot_tui.session.driver import Session  # noqa: E402
 
@@ -84,7 +84,7 @@ def main() -> int:
                 facts = read_facts(data)
                 control = choice_sheet(facts).configuration("control")
                 assert control is not None
-                est = estimate(control, facts).run
+                est = project(control, facts).run
                 # The actual run: the same group, `updates - 1` more updates after the first one.
                 t0 = time.perf_counter()
                 long = run(session, "steady", {"steady_updates": args.updates - 1})

@@ -1,4 +1,4 @@
-"""The package plan (R19): the priority configurations, estimated from their measured durations and
+"""The package plan (R19): the priority configurations, projected from their measured durations and
 fitted into the smallest 3/7/30-day package, in priority order.
 
 No speed-up is assumed that was not measured: not from more GPUs, not from another device, not
@@ -89,8 +89,8 @@ class NotPlanned:
 
 
 @dataclass(frozen=True)
-class Estimated:
-    """`estimate`'s answer: the run, or the problem that keeps it from being estimated."""
+class Projection:
+    """`project`'s answer: the run, or the problem that keeps it from being projected."""
 
     id: str
     run: PlannedRun | None = None
@@ -187,8 +187,8 @@ def interval(run: PlannedRun, steady: PhaseRow | None) -> Interval | None:
     )
 
 
-def estimate(entry: Configuration, facts: Facts) -> Estimated:
-    """One configuration's full run from its measured durations, or the problem that prevents it.
+def project(entry: Configuration, facts: Facts) -> Projection:
+    """One configuration's full run projected from its measured durations, or what prevents it.
 
     train = load + first update + (updates − 1) × steady mean step time: the first update (it
     allocates optimizer state) and the load are measured apart, the steady mean covers the rest.
@@ -201,7 +201,7 @@ def estimate(entry: Configuration, facts: Facts) -> Estimated:
     steady = rows.get(step_key("steady", config))
     step_s = steady.detail("step_time_s", -1.0) if steady is not None else -1.0
     if steady is None or step_s <= 0:
-        return Estimated(
+        return Projection(
             config, problem=f"no measured steady step time ({step_key('steady', config)} did not run)"
         )
     eff, mb, accum, replicas = (
@@ -211,13 +211,13 @@ def estimate(entry: Configuration, facts: Facts) -> Estimated:
         entry.replicas or 1,
     )
     if min(eff, mb, accum) < 1:
-        return Estimated(config, problem=f"{step_key('steady', config)} has no batch params")
+        return Projection(config, problem=f"{step_key('steady', config)} has no batch params")
     updates, epochs, basis = full_run_updates(spec, facts.train_examples, eff, mb, accum, replicas)
     if updates < 1:
-        return Estimated(config, problem=f"the dataset makes no complete update of {eff} examples")
+        return Projection(config, problem=f"the dataset makes no complete update of {eff} examples")
     if not math.isfinite(epochs):
         # drop_last with fewer training examples than one update: the declared updates cannot be served.
-        return Estimated(
+        return Projection(
             config,
             problem=f"the pilot's training split makes no complete update of {eff} examples "
             "(batch.drop_last): set plan.dataset_size",
@@ -307,15 +307,15 @@ def estimate(entry: Configuration, facts: Facts) -> Estimated:
         restart=again,
         restarts_s=round(restarts_s, 3),
     )
-    return Estimated(config, run=run, notes=tuple(notes))
+    return Projection(config, run=run, notes=tuple(notes))
 
 
 def package_plan(
     facts: Facts, sheet: ChoiceSheet, assumptions: list[str], record_dir: Path | None = None
 ) -> PackagePlan:
-    """R19: the priority configurations, estimated and fitted into the smallest 3/7/30-day package.
+    """R19: the priority configurations, projected and fitted into the smallest 3/7/30-day package.
 
-    `assumptions` are the campaign-wide ones (caveats.assumptions); each estimate's notes follow.
+    `assumptions` are the campaign-wide ones (caveats.assumptions); each projection's notes follow.
     """
     plan = facts.spec.plan
     wanted = list(plan.priority) or ([sheet.kept] if sheet.kept else ["control"])
@@ -327,7 +327,7 @@ def package_plan(
         if entry is None:
             not_fit.append(NotPlanned(config, "not_measured", "not a configuration measured in this record"))
             continue
-        est = estimate(entry, facts)
+        est = project(entry, facts)
         if est.run is None:
             not_fit.append(NotPlanned(config, "not_measured", est.problem))
         elif not entry.passes:
