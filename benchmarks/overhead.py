@@ -178,29 +178,41 @@ def main() -> int:
         count = {"updates": args.updates}  # what the bare arms run: the last pilot round's count
 
         def pilot_round() -> float:
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             row = execute(ctx, steady, overrides)
-            elapsed = time.perf_counter() - t0
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
             if row["verdict"] == "fail":
                 raise SystemExit(f"the pilot's steady phase failed: {row['reason']}")
             timed = int(row["details"]["timed_updates"])
             count["updates"] = timed
             stops.append(str(row["details"]["timing_stopped"]))
             # Every update the phase ran counts, its untimed warm-up update included.
-            return elapsed / (timed + int(row["details"].get("warmup_updates", 0)))
+            done = timed + int(row["details"].get("warmup_updates", 0))
+            cpu_of[id(pilot)].append(cpu / done)
+            return elapsed / done
 
-        def bare_round(loop: BareLoop) -> float:
+        def bare_round(loop: BareLoop, times: list[float]) -> float:
             n = count["updates"]
             synchronize(device)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             loop.run(n)
             synchronize(device)
+            cpu_of[id(times)].append((time.process_time() - c0) / n)
             return (time.perf_counter() - t0) / n
 
         pilot, plain, again, stops = [], [], [], []
-        arms = [(pilot, pilot_round), (plain, lambda: bare_round(bare)), (again, lambda: bare_round(null))]
+        # CPU seconds per update (every thread of this process, the counters thread included):
+        # what each arm costs whatever else the machine runs, beside the wall time it took.
+        cpu_of: dict[int, list[float]] = {id(pilot): [], id(plain): [], id(again): []}
+        arms = [
+            (pilot, pilot_round),
+            (plain, lambda: bare_round(bare, plain)),
+            (again, lambda: bare_round(null, again)),
+        ]
         for _, fn in arms:
             fn()  # one more warm-up round each: allocator and caches settle
+        for cpu in cpu_of.values():
+            cpu.clear()
         for r in range(args.rounds):
             for times, fn in arms[r % 3 :] + arms[: r % 3]:  # no arm always runs first
                 times.append(fn())
@@ -225,6 +237,11 @@ def main() -> int:
     print(f"  ratio pilot / bare (totals)     : {sum(pilot) / sum(plain):8.3f}")
     print(f"  noise floor bare again / bare   : {n / b:8.3f}")
     print(f"  target pilot / bare ≤ {TARGET}: {'met' if p / b <= TARGET else 'NOT met'}")
+    pc, bc, nc = (statistics.median(cpu_of[id(x)]) for x in (pilot, plain, again))
+    print(
+        f"  CPU time per update (all threads): pilot {pc * 1e3:.3f} ms · bare {bc * 1e3:.3f} ms · null "
+        f"{nc * 1e3:.3f} ms → pilot / bare {pc / bc:.3f}, noise floor {nc / bc:.3f}"
+    )
     load = os.getloadavg()[0]
     if abs(n / b - 1) > TARGET - 1:
         # Two identical loops disagree: whatever the pilot ratio says, it is inside the noise.
