@@ -161,8 +161,8 @@ def campaign_precisions(ctx: RunContext) -> dict[str, list[str]]:
     """precision -> the configurations (control and variants) that use it."""
     used: dict[str, list[str]] = {ctx.spec.batch.precision: ["control"]}
     for v in ctx.spec.variants:
-        if v.precision:
-            used.setdefault(v.precision, []).append(v.id)
+        if v.get("precision"):
+            used.setdefault(v.get("precision"), []).append(v.id)
     return used
 
 
@@ -258,9 +258,10 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
         return Outcome(WARN, "; ".join(warns), details)
     usable = [a["backend"] for a in attention if a["status"] == "usable"]
     n_ext = len(extensions)
+    optims = list(campaign_optimizers(ctx))
+    runs = f"optimizer {optims[0]} runs" if len(optims) == 1 else f"optimizers {', '.join(optims)} run"
     reason = (
-        f"torch {torch.__version__} on {device}; {', '.join(used)} supported; "
-        f"optimizer {', '.join(campaign_optimizers(ctx))} runs; attention: "
+        f"torch {torch.__version__} on {device}; {', '.join(used)} supported; {runs}; attention: "
         f"{', '.join(usable)}; {n_ext} extension{'s' if n_ext != 1 else ''} imported"
     )
     if "interconnect" in details:
