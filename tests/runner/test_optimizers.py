@@ -4,6 +4,7 @@ stack, and an Adafactor variant measured beside the control by the real runner p
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 import tomli_w
 import torch
 
-from pilot_tui.core.dimensions import OPTIMIZERS
+from pilot_tui.core import dimensions
+from pilot_tui.core.dimensions import OPTIMIZERS, Dimension
 from pilot_tui.core.spec import SpecError, load_spec
 from pilot_tui.runner import optimizers
 from pilot_tui.runner.context import RunContext
@@ -21,7 +23,7 @@ from pilot_tui.runner.memory_estimate.fake_run import run_fake
 from pilot_tui.runner.memory_estimate.sources import task_source
 from pilot_tui.runner.phases.stack import check_optimizers
 from pilot_tui.runner.residency import state_bytes
-from pilot_tui.runner.training import lr_lambda, train_update
+from pilot_tui.runner.training import TrainConfig, lr_lambda, train_update
 from pilot_tui.session.driver import Session
 from pilot_tui.tasks.loader import load_task
 from tests.conftest import FAST, deep_merge, demo_raw
@@ -103,6 +105,19 @@ def test_adafactor_keeps_a_small_fraction_of_adamw_state(ctx: RunContext) -> Non
     weights = state_bytes(state)["weights"]
     # AdamW: two moments (2 × weights); SGD with momentum: one; Adafactor: factored rows and columns.
     assert sizes["adamw"] > 2 * weights > sizes["sgd"] >= weights > 10 * sizes["adafactor"]
+
+
+def test_a_configuration_travels_to_a_fresh_process_whole(
+    ctx: RunContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`params()` as JSON and back (the resume process): the optimizer and any table dimension."""
+    config = ctx.config("control", {"optimizer": "adafactor"})
+    assert TrainConfig.from_params(json.loads(json.dumps(config.params()))) == config
+    extra = Dimension("schedule", "optim.schedule", str, ("constant", "linear", "cosine"))
+    monkeypatch.setattr(dimensions, "DIMENSIONS", (*dimensions.DIMENSIONS, extra))
+    config = ctx.config()
+    assert config.value("schedule") == ctx.spec.optim.schedule and config.params()["schedule"]
+    assert TrainConfig.from_params(json.loads(json.dumps(config.params()))) == config
 
 
 def test_a_fused_kernel_the_device_lacks_falls_back_and_says_so() -> None:
