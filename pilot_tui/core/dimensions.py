@@ -133,10 +133,6 @@ def by_name(name: str) -> Dimension:
     raise KeyError(name)
 
 
-def names() -> tuple[str, ...]:
-    return tuple(d.name for d in DIMENSIONS)
-
-
 def variant_dimensions() -> list[Dimension]:
     return [d for d in DIMENSIONS if d.variant]
 
@@ -167,6 +163,9 @@ def for_variant_key(key: str) -> Dimension | None:
 
 def unknown_variant_key(key: str) -> str:
     """The message for a `[[variants]]` key no dimension has, with the nearest one."""
+    for d in DIMENSIONS:
+        if key in (d.name, d.spec_field) and not d.variant:
+            return f"a memory variant keeps the control's {d.name} ({d.spec_field}); another part of the campaign varies it"
     known = ["id", *(d.name for d in variant_dimensions())]
     close = difflib.get_close_matches(key, known + [d.spec_field for d in variant_dimensions()], n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""

@@ -459,7 +459,11 @@ def _check(spec: CampaignSpec) -> None:
     for d in dimensions.DIMENSIONS:
         if d.choices:
             value = dimensions.control_value(spec, d)
-            need(value in d.choices, d.spec_field, f"must be one of {', '.join(d.choices)}, got {value!r}")
+            need(
+                value in d.choices,
+                d.spec_field,
+                f"must be one of {', '.join(map(str, d.choices))}, got {value!r}",
+            )
     need(b.hold in HOLDS, "batch.hold", f"must be one of {', '.join(HOLDS)}")
     need(b.device in DEVICES, "batch.device", f"must be one of {', '.join(DEVICES)}")
     if b.hold == "updates":

@@ -50,6 +50,10 @@ def test_the_builders_are_the_spec_names_and_the_spec_refuses_others(write_campa
         ({"variants": [{"id": "x", "optimizer": "adam"}]}, "variants[0].optimizer: must be one of"),
         ({"variants": [{"id": "x", "optimizer": "adamw"}]}, "variant 'x' changes nothing from the control"),
         (
+            {"variants": [{"id": "x", "optim": {"lr": 1e-3}}]},
+            "variants[0].optim.lr: a memory variant keeps the control's lr",
+        ),
+        (
             {"variants": [{"id": "x", "optimizer": "sgd", "optim": {"name": "sgd"}}]},
             "variants[0].optim.name: sets optimizer a second time",
         ),
