@@ -237,6 +237,17 @@ class PlanSpec:
     evaluations: int = 0
     checkpoints: int = 0
     validation_size: int = 0
+    # The whole rental (R27), as the real run will spend it. save_every / eval_every: updates
+    # between saves / evaluations (0: `checkpoints` / `evaluations` above); keep: checkpoints kept
+    # on disk (0: every one); eval_examples: examples per evaluation (0: `validation_size`);
+    # restarts: how many times the run is allowed to restart from its last checkpoint;
+    # checkpoint_dir: where checkpoints go, relative to the campaign file ("": the records' folder).
+    save_every: int = 0
+    keep: int = 0
+    eval_every: int = 0
+    eval_examples: int = 0
+    restarts: int = 1
+    checkpoint_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -569,11 +580,25 @@ def _check(spec: CampaignSpec) -> None:
     need(p.checkpoints >= 0, "plan.checkpoints", "must be ≥ 0 (0 = one per epoch)")
     need(p.validation_size >= 0, "plan.validation_size", "must be ≥ 0 (0 = from the split ratios)")
     need(len(set(p.priority)) == len(p.priority), "plan.priority", "a configuration is listed twice")
+    _check_rental(p)
     e = spec.estimate
     need(e.strategy in ("", *STRATEGIES), "estimate.strategy", f"must be one of {', '.join(STRATEGIES)}")
     need(e.gpus >= 0, "estimate.gpus", "must be ≥ 1 (or left out: plan.gpus)")
     need(e.gpu_memory_gb >= 0, "estimate.gpu_memory_gb", "must be > 0 GB (or left out)")
     need(not (e.strategy == "none" and e.gpus > 1), "estimate.strategy", "'none' runs on one GPU")
+
+
+def _check_rental(p: PlanSpec) -> None:
+    """The `[plan]` keys of the whole rental (saves, evaluations, restarts, disk)."""
+    for key in ("save_every", "keep", "eval_every", "eval_examples", "restarts"):
+        if getattr(p, key) < 0:
+            raise _KeyError(f"plan.{key}", "must be ≥ 0")
+    if p.save_every and p.checkpoints:
+        raise _KeyError("plan.save_every", "set save_every or checkpoints, not both")
+    if p.eval_every and p.evaluations:
+        raise _KeyError("plan.eval_every", "set eval_every or evaluations, not both")
+    if p.eval_examples and p.validation_size:
+        raise _KeyError("plan.eval_examples", "set eval_examples or validation_size, not both")
 
 
 # --------------------------------------------------------------------------------------------

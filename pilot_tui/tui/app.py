@@ -436,7 +436,8 @@ class PilotApp(App[int]):
         """The plan `pilot-tui plan` computes for a saved record without one: once, not per visit."""
         assert self.saved is not None
         try:
-            return clean_tree(provisional_plan(self.saved.data))  # shown: inert (R24)
+            plan = provisional_plan(self.saved.data, record_dir=self.saved.path.parent)
+            return clean_tree(plan.as_toml())  # shown: inert (R24)
         except Exception as exc:  # a record too incomplete to plan from: say why
             return {"error": clean(f"no provisional plan: {type(exc).__name__}: {exc}")}
 
