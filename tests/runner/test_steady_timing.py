@@ -120,3 +120,24 @@ def test_progress_goes_out_on_a_clock_and_ends_at_the_count_timed(tmp_path):
     assert progress and progress[-1].done == progress[-1].total == d["timed_updates"] == 200
     assert len(progress) <= elapsed / 0.25 + 2, (len(progress), elapsed)  # not one per update
     assert all(isinstance(e.loss, float) for e in progress)
+
+
+def test_on_several_ranks_the_interval_is_the_slowest_ranks():
+    """The ranks step together: the plan uses the slowest one's mean, so its interval with it."""
+    from pilot_tui.runner.distributed.launcher import merge_rows
+
+    def rank_row(mean: float, ci: float) -> dict[str, Any]:
+        details = {"step_time_s": mean, "step_s_mean": mean, "step_s_ci95": ci, "step_s_precision": ci / mean}
+        return {
+            "verdict": "pass",
+            "reason": "",
+            "duration_s": 1.0,
+            "params": {},
+            "memory": {},
+            "details": details,
+        }
+
+    results = {0: {"row": rank_row(0.02, 0.0002)}, 1: {"row": rank_row(0.05, 0.001)}}
+    d = merge_rows(Step.of("steady"), results, {"world_size": 2}, "now")["details"]
+    assert (d["step_time_s"], d["step_s_mean"], d["step_s_ci95"]) == (0.05, 0.05, 0.001)
+    assert d["step_s_precision"] == pytest.approx(0.02)
