@@ -3,7 +3,9 @@
     python train.py --updates 200 --microbatch 8 --accumulation 2 [--seed 0]
 
 Prints one JSON line: the seconds from building the model through the last update (imports and
-data preparation left out, as the plan leaves them out), and the updates it took.
+data preparation left out, as the plan leaves them out — torch._dynamo too, which torch would
+otherwise import inside the first optimizer, as the runner imports it before its phases), and the
+updates it took.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import random
 import time
 
 import torch
+import torch._dynamo  # noqa: F401  torch imports it inside the first optimizer (seconds on a CPU): an import, not training
 import torch.nn.functional as F
 from data import VOCAB, windows
 from model import GPT, GPTConfig
