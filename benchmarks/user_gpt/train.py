@@ -16,7 +16,7 @@ import random
 import time
 
 import torch
-import torch._dynamo  # noqa: F401  torch imports it inside the first optimizer (seconds on a CPU): an import, not training
+import torch._dynamo  # torch imports it inside the first optimizer (seconds on a CPU): an import, not training
 import torch.nn.functional as F
 from data import VOCAB, windows
 from model import GPT, GPTConfig
