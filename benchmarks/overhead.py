@@ -180,24 +180,30 @@ def main() -> int:
         overrides = {"steady_updates": args.updates}
         if args.fixed:
             overrides["steady_precision"] = 0.0
-        count = {"updates": args.updates}  # what the bare arms run: the last pilot round's count
+        count = {"updates": args.updates + 1}  # what the bare arms run: the last pilot round's count
+        # Every round of every arm starts from the same data position, so all arms train the same
+        # batches (their padded lengths set the cost of an update: a different stretch of the data
+        # order moved the HF arm's backward by 14 %).
+        start = ctx.states["control"].sampler.state_dict()
 
         def pilot_round() -> float:
+            ctx.states["control"].sampler.load_state_dict(start)
             c0, t0 = time.process_time(), time.perf_counter()
             row = execute(ctx, steady, overrides)
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
             if row["verdict"] == "fail":
                 raise SystemExit(f"the pilot's steady phase failed: {row['reason']}")
             timed = int(row["details"]["timed_updates"])
-            count["updates"] = timed
             stops.append(str(row["details"]["timing_stopped"]))
             # Every update the phase ran counts, its untimed warm-up update included.
             done = timed + int(row["details"].get("warmup_updates", 0))
+            count["updates"] = done
             cpu_of[id(pilot)].append(cpu / done)
             return elapsed / done
 
         def bare_round(loop: BareLoop, times: list[float]) -> float:
             n = count["updates"]
+            loop.sampler.load_state_dict(start)
             synchronize(device)
             c0, t0 = time.process_time(), time.perf_counter()
             loop.run(n)
