@@ -134,7 +134,7 @@ def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, 
 
 def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str, Any]:
     """Run one step and return its record row; nothing that happens inside escapes."""
-    body = PHASES.get(step.phase)
+    body = ctx.bodies.get(step.phase) or PHASES.get(step.phase)
     run = PhaseRun(step=step, overrides=dict(overrides))
     if step.variant != "control" or overrides:
         cfg = ctx.config(step.variant, overrides)
