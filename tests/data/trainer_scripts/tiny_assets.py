@@ -165,7 +165,7 @@ def paths(out: Path) -> Assets:
     )
 
 
-def build(out: Path, *, hidden: int = 16, layers: int = 2) -> Assets:
+def build(out: Path, *, hidden: int = 32, layers: int = 2) -> Assets:
     """Write the model folders and data under `out` (reused when already complete)."""
     found = paths(out)
     stamp = f"hidden={hidden} layers={layers}\n"
@@ -194,7 +194,7 @@ def build(out: Path, *, hidden: int = 16, layers: int = 2) -> Assets:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args(argv)
     found = build(args.out, hidden=args.hidden, layers=args.layers)
