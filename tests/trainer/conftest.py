@@ -59,9 +59,8 @@ class Run:
         return {r["name"]: r["verdict"] for r in self.record["phases"]}
 
 
-def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) -> Run:
-    """Write `campaign.toml` for `script` (from tests/data/trainer_scripts, unchanged) and run it
-    headless the way a user would."""
+def write_campaign(folder: Path, script: str, args: list[str], **sections: Any) -> Path:
+    """`campaign.toml` for `script` (from tests/data/trainer_scripts, unchanged) in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     raw: dict[str, Any] = {
         "campaign": {"name": script.removesuffix(".py")},
@@ -71,6 +70,12 @@ def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) ->
         raw[key] = value
     path = folder / "campaign.toml"
     path.write_text(tomli_w.dumps(raw))
+    return path
+
+
+def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) -> Run:
+    """The campaign run headless the way a user would: `pilot-tui run campaign.toml --headless`."""
+    path = write_campaign(folder, script, args, **sections)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(
         [sys.executable, "-m", "pilot_tui", "run", str(path), "--headless"],
