@@ -424,7 +424,7 @@ def _check(spec: CampaignSpec) -> None:
         f"{len(spec.campaign.name)} characters; at most {MAX_NAME} (it names the record file)",
     )
     sources = [x for x in (t.builtin, t.file, t.trainer_script) if x]
-    need(len(sources) == 1, "task", "set exactly one of task.builtin, task.file or task.trainer_script")
+    need(len(sources) == 1, "task", "set exactly one of task.builtin or task.file (or task.trainer_script)")
     if t.trainer_script:
         _check_trainer(spec)
     else:
@@ -585,10 +585,11 @@ def _check_trainer(spec: CampaignSpec) -> None:
     if not t.trainer_script.endswith(".py"):
         raise _KeyError("task.trainer_script", f"must name a Python file, got {t.trainer_script!r}")
     for name, value in t.env.items():
+        # Named by the table's key: an inline table's own keys have no line of their own.
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise _KeyError(f"task.env.{name}", "not a valid environment variable name")
+            raise _KeyError("task.env", f"{name!r} is not a valid environment variable name")
         if "\0" in value:
-            raise _KeyError(f"task.env.{name}", "holds a NUL character")
+            raise _KeyError("task.env", f"the value of {name} holds a NUL character")
 
 
 def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:

@@ -129,6 +129,8 @@ def _as_command_line(script: Path, argv: Sequence[str], cwd: Path, env: Mapping[
 
 
 def _script_line(exc: BaseException, script: Path) -> str:
+    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == script:
+        return f" line {exc.lineno}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == script]
     return f" line {frames[-1].lineno}" if frames else ""
 
