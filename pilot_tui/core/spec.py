@@ -491,6 +491,11 @@ def _check(spec: CampaignSpec) -> None:
         need(v.accumulation >= 0, f"{key}.accumulation", "must be ≥ 1 (or left out)")
         need(v.max_length >= 0, f"{key}.max_length", "must be ≥ 1 (or left out)")
         need(v.precision in ("", *PRECISIONS), f"{key}.precision", f"must be one of {', '.join(PRECISIONS)}")
+        if t.trainer_script:
+            # The control's batch is the trainer's own, known once the script is captured.
+            changed = [v.microbatch, v.accumulation, v.activation_checkpointing is not None]
+            need(any(changed), key, f"variant {v.id!r} changes nothing from the control")
+            continue
         # A field set to the control's own value changes nothing either (a duplicate measurement).
         changes = [
             v.microbatch and v.microbatch != b.microbatch,
@@ -567,13 +572,15 @@ def _check(spec: CampaignSpec) -> None:
 TRAINER_OWNS = {
     "split": "the script's train_dataset and eval_dataset are the splits",
     "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
-    "variants": "memory variants of a captured trainer are not supported yet",
     "lr_board": "an LR board on a captured trainer is not supported yet",
     "fit_search": "a fit search on a captured trainer is not supported yet",
     "distributed": "a captured trainer runs on one process for now",
 }
 # Batch keys a trainer campaign may still set: where it runs.
 TRAINER_BATCH_KEYS = ("device",)
+# What a memory variant of a captured trainer may change: what `trainer.args` takes in place.
+# Precision, max length and the strategy are fixed when the script builds its trainer.
+TRAINER_VARIANT_KEYS = ("id", "microbatch", "accumulation", "activation_checkpointing")
 
 
 def _check_trainer(spec: CampaignSpec) -> None:
@@ -603,6 +610,15 @@ def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
             section == "distributed" and raw[section].get("strategy", "none") == "none"
         ):
             raise _KeyError(section, f"not used with task.trainer_script: {why}")
+    variants = raw.get("variants", [])
+    for i, v in enumerate(variants if isinstance(variants, list) else []):
+        for key in v if isinstance(v, dict) else {}:
+            if key not in TRAINER_VARIANT_KEYS:
+                raise _KeyError(
+                    f"variants[{i}].{key}",
+                    "a captured trainer's variant changes only microbatch, accumulation or "
+                    "activation_checkpointing (the rest is fixed when the script builds its trainer)",
+                )
     batch = raw.get("batch", {})
     if not isinstance(batch, dict):
         raise _KeyError("batch", f"expected a table, got {_describe(batch)}")

@@ -52,9 +52,10 @@ CASES = {
         "line 10: batch.microbatch: not used with task.trainer_script: the batch is the trainer's arguments",
     ),
     "variants": (
-        GOOD + '\n[[variants]]\nid = "small"\nmicrobatch = 1\n',
-        "variants: not used with task.trainer_script",
+        GOOD + '\n[[variants]]\nid = "bf16"\nprecision = "bf16"\n',
+        "variants[0].precision: a captured trainer's variant changes only microbatch, accumulation",
     ),
+    "empty variant": (GOOD + '\n[[variants]]\nid = "same"\n', "variants[0]: variant 'same' changes nothing"),
     "env name": (
         GOOD.replace("TOKENIZERS_PARALLELISM", '"1BAD"'),
         "line 7: task.env: '1BAD' is not a valid environment variable name",

@@ -52,11 +52,11 @@ class Run:
 
     def row(self, name: str) -> dict[str, Any]:
         assert self.record is not None, self.out
-        return next(r for r in self.record["phases"] if r["name"] == name)
+        return next(r for r in self.record["phases"] if r["step"] == name)
 
     def verdicts(self) -> dict[str, str]:
         assert self.record is not None, self.out
-        return {r["name"]: r["verdict"] for r in self.record["phases"]}
+        return {r["step"]: r["verdict"] for r in self.record["phases"]}
 
 
 def write_campaign(folder: Path, script: str, args: list[str], **sections: Any) -> Path:

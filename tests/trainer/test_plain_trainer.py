@@ -17,7 +17,12 @@ def _args(tiny) -> list[str]:
 @pytest.fixture(scope="module")
 def plain(tiny, tmp_path_factory):
     return run_campaign(
-        tmp_path_factory.mktemp("plain"), "plain_trainer.py", _args(tiny), control={"inputs": ["rev: abc ="]}
+        tmp_path_factory.mktemp("plain"),
+        "plain_trainer.py",
+        _args(tiny),
+        control={"inputs": ["rev: abc ="]},
+        # Memory variants by changing trainer.args in place (the effective batch kept: 2 × 4).
+        variants=[{"id": "mb2", "microbatch": 2}, {"id": "ckpt", "activation_checkpointing": True}],
     )
 
 
@@ -80,3 +85,16 @@ def test_a_collator_masking_the_eos_fails_inspect(tiny, tmp_path):
     check = next(c for c in row["details"]["checks"] if c["name"] == "end_supervised")
     assert check["verdict"] == "fail" and "never learns to stop" in check["message"]
     assert run.row("first_step")["verdict"] == "pass"
+
+
+def test_variants_change_the_trainer_args_in_place(plain):
+    control, small = plain.row("first_step")["details"], plain.row("first_step@mb2")["details"]
+    assert (control["train_batch_size"], control["gradient_accumulation_steps"]) == (4, 2)
+    assert (small["train_batch_size"], small["gradient_accumulation_steps"]) == (2, 4)
+    # Same examples per update, normalised by tokens: the same first update either way.
+    assert small["loss"] == pytest.approx(control["loss"], rel=1e-5)
+    assert small["grad_norm"] == pytest.approx(control["grad_norm"], rel=1e-4)
+    assert plain.row("first_step@ckpt")["details"]["activation_checkpointing"] is True
+    assert control["activation_checkpointing"] is False
+    ids = [v["id"] for v in plain.record["variants"]]
+    assert ids == ["control", "mb2", "ckpt"]

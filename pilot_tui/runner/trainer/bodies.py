@@ -7,6 +7,7 @@ docs/trainer.md.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -109,7 +110,7 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         "lr_scheduler_type": str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)),
         "optim": str(getattr(a.optim, "value", a.optim)),
         "precision": "bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
-        "gradient_checkpointing": bool(a.gradient_checkpointing),
+        "activation_checkpointing": loop.checkpointing(a),
         "collator": type(trainer.data_collator).__name__,
         "pilot_changed": cap["changes"],
         "versions": cap["versions"],
@@ -283,7 +284,20 @@ def optimizer_state_mb(trainer: Any) -> float:
     return round(tensor_mb(tensors), 3)
 
 
+def configured(fn: Body) -> Body:
+    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`."""
+
+    @functools.wraps(fn)
+    def run_configured(ctx: RunContext, run: PhaseRun) -> Outcome:
+        cfg = ctx.config(run.step.variant, run.overrides)
+        with loop.batch_settings(_t(ctx), cfg.microbatch, cfg.accumulation, cfg.activation_checkpointing):
+            return fn(ctx, run)
+
+    return run_configured
+
+
 @body("first_step")
+@configured
 def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer, adapter = _t(ctx), _a(ctx)
     _from_start(ctx)
@@ -301,6 +315,9 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         "lr": logged.get("learning_rate"),
         "step_time_s": probe.step_times()[0] if probe.ends else None,
         "optimizer_state_mb": optimizer_state_mb(trainer),
+        "train_batch_size": trainer._train_batch_size,
+        "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
+        "activation_checkpointing": loop.checkpointing(trainer.args),
         "accumulation": check.details(),
         "ran": "the trainer's own train() for max_steps = 1",
     }
@@ -326,6 +343,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
 
 
 @body("steady")
+@configured
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The trainer's own train() for 1 + N updates; the first (warm-up) is not timed."""
     trainer = _t(ctx)
@@ -363,6 +381,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
 
 
 @body("eval_longest")
+@configured
 def eval_longest(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer, adapter = _t(ctx), _a(ctx)
     if adapter.eval is None:
@@ -573,6 +592,31 @@ def resume_causes(trainer: Any) -> tuple[list[str], list[str]]:
     return refused, causes
 
 
+COMPARED = ("loss", "grad_norm", "learning_rate", "digest")
+
+
+def compare_steps(
+    a_rows: dict[int, dict[str, Any]], c_rows: dict[int, dict[str, Any]], steps: range
+) -> tuple[list[dict[str, Any]], tuple[int, list[str]] | None]:
+    """Per step, whether run C logged exactly run A's values; and the first step that differs.
+    A value missing on either side is a difference, never two Nones compared equal."""
+    compared, first = [], None
+    for step in steps:
+        a, c = a_rows.get(step, {}), c_rows.get(step, {})
+        same = {key: a.get(key) is not None and a.get(key) == c.get(key) for key in COMPARED}
+        compared.append(
+            {
+                "step": step,
+                **{f"{key}_same": v for key, v in same.items()},
+                "loss_a": a.get("loss"),
+                "loss_c": c.get("loss"),
+            }
+        )
+        if first is None and not all(same.values()):
+            first = (step, [key for key, v in same.items() if not v])
+    return compared, first
+
+
 def _hexes(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (float(v).hex() if isinstance(v, float) else v) for k, v in row.items()}
 
@@ -618,24 +662,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     except FreshProcessFailed as exc:
         raise PhaseFailure(f"the resumed process failed: {exc}", {"stderr": exc.stderr}) from None
     c_rows = {int(r["step"]): r for r in result["rows"]}
-    compared, first_diff = [], None
-    for step in range(k + 1, k + n + 1):
-        a, c = a_rows.get(step, {}), c_rows.get(step, {})
-        # A value missing on either side is a difference, never two Nones compared equal.
-        same = {
-            key: a.get(key) is not None and a.get(key) == c.get(key)
-            for key in ("loss", "grad_norm", "learning_rate", "digest")
-        }
-        compared.append(
-            {
-                "step": step,
-                **{f"{key}_same": v for key, v in same.items()},
-                "loss_a": a.get("loss"),
-                "loss_c": c.get("loss"),
-            }
-        )
-        if first_diff is None and not all(same.values()):
-            first_diff = (step, [key for key, v in same.items() if not v])
+    compared, first_diff = compare_steps(a_rows, c_rows, range(k + 1, k + n + 1))
     details: dict[str, Any] = {
         "k": k,
         "n": n,

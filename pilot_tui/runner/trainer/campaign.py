@@ -20,7 +20,7 @@ from ..probes import _vm_hwm_bytes
 from .adapter import adapt
 from .bodies import BODIES, INITIAL
 from .capture import CaptureError, capture
-from .loop import snapshot, unwrapped
+from .loop import checkpointing, snapshot, unwrapped
 from .settings import apply_pilot_settings
 
 OUTPUT_DIR = "trainer-output"
@@ -62,7 +62,7 @@ def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int) -> Load
         accumulation=acc,
         updates=max(1, int(updates)),
         precision="bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
-        activation_checkpointing=bool(a.gradient_checkpointing),
+        activation_checkpointing=checkpointing(a),
         drop_last=bool(a.dataloader_drop_last),
         num_workers=int(a.dataloader_num_workers),
     )

@@ -48,6 +48,48 @@ def train_steps(trainer: Any, steps: int, probe: StepProbe, resume: str | None =
         trainer.remove_callback(probe)
 
 
+def checkpointing(args: Any) -> bool:
+    """Activation checkpointing as the trainer reads it (`gradient_checkpointing` is its old name)."""
+    return bool(
+        getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None)
+    )
+
+
+def _set_checkpointing(trainer: Any, on: bool) -> None:
+    args = trainer.args
+    key = (
+        "activation_checkpointing" if hasattr(args, "activation_checkpointing") else "gradient_checkpointing"
+    )
+    setattr(args, key, on)
+    if not on:
+        # train() switches it on when asked and never off: a variant without it must say so.
+        model = unwrapped(trainer)
+        off = getattr(model, "activation_checkpointing_disable", None) or getattr(
+            model, "gradient_checkpointing_disable", None
+        )
+        if off is not None and getattr(model, "is_gradient_checkpointing", False):
+            off()
+
+
+@contextlib.contextmanager
+def batch_settings(
+    trainer: Any, microbatch: int, accumulation: int, activation_checkpointing: bool
+) -> Iterator[None]:
+    """A memory variant by changing `trainer.args` in place (what train() reads), put back after."""
+    args = trainer.args
+    saved = (args.per_device_train_batch_size, trainer._train_batch_size, args.gradient_accumulation_steps)
+    saved_ckpt = checkpointing(args)
+    args.per_device_train_batch_size = microbatch
+    trainer._train_batch_size = args.train_batch_size  # what get_train_dataloader() batches by
+    args.gradient_accumulation_steps = accumulation
+    _set_checkpointing(trainer, activation_checkpointing)
+    try:
+        yield
+    finally:
+        args.per_device_train_batch_size, trainer._train_batch_size, args.gradient_accumulation_steps = saved
+        _set_checkpointing(trainer, saved_ckpt)
+
+
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in batch.items() if k != "labels"}
 
