@@ -98,3 +98,28 @@ def test_the_resume_comparison_is_exact_and_missing_values_differ():
     assert first == (3, ["digest"])
     _, first = compare_steps({4: {}}, {4: {}}, range(4, 5))  # nothing logged is not "equal"
     assert first is not None
+
+
+def test_a_probe_raising_in_the_loop_unwinds_train(tiny, tmp_path):
+    """How a cancel or a phase's time ceiling stops the trainer's own loop mid-run."""
+    from pilot_tui.runner.trainer.loop import train_steps
+    from pilot_tui.runner.trainer.probe import StepProbe
+    from pilot_tui.runner.trainer.settings import apply_pilot_settings
+
+    script = _script(tmp_path, BUILD + "\n    trainer.train()\n")
+    trainer = capture(script, [str(tiny.model)], cwd=tmp_path).trainer
+    apply_pilot_settings(trainer, tmp_path / "out")
+
+    class Stop(Exception):
+        pass
+
+    def on_step(step, total, loss):
+        assert total == 50 and loss is not None
+        if step == 2:
+            raise Stop
+
+    probe = StepProbe(on_step=on_step)
+    with pytest.raises(Stop):
+        train_steps(trainer, 50, probe)
+    assert trainer.state.global_step == 2 and sorted(probe.rows) == [1, 2]
+    assert probe not in trainer.callback_handler.callbacks  # removed even on the way out

@@ -52,6 +52,17 @@ def _a(ctx: RunContext) -> Any:
     return ctx.adapter  # type: ignore[attr-defined]
 
 
+def probe_for(ctx: RunContext, run: PhaseRun, **kwargs: Any) -> StepProbe:
+    """A step probe that reports the phase's progress and stops the trainer's loop on a cancel
+    or at the phase's time ceiling (the check raises inside the loop, which unwinds it)."""
+
+    def on_step(step: int, total: int, loss: float | None) -> None:
+        ctx.progress(run.step.key, step, total, loss)
+        ctx.check_cancel()
+
+    return StepProbe(on_step=on_step, **kwargs)
+
+
 def _from_start(ctx: RunContext) -> None:
     """Weights as captured, a fresh optimizer and schedule: a gate that is a run starts there."""
     trainer = _t(ctx)
@@ -304,7 +315,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     rows = _accumulation_rows(ctx)
     run.current_input = {"accumulation_check_examples": len(rows)}
     check = loop.accumulation_check(trainer, rows, adapter.train.collate_fn)
-    probe = StepProbe()
+    probe = probe_for(ctx, run)
     run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "update": 1}
     loop.train_steps(trainer, 1, probe)
     logged = probe.rows.get(1, {})
@@ -348,7 +359,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The trainer's own train() for 1 + N updates; the first (warm-up) is not timed."""
     trainer = _t(ctx)
     n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
-    probe = StepProbe()
+    probe = probe_for(ctx, run)
     run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "updates": n + 1}
     t0 = time.perf_counter()
     loop.train_steps(trainer, n + 1, probe)
@@ -632,7 +643,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     saved_dir = trainer.args.output_dir
     trainer.args.output_dir = str(out / "run-a")
     _from_start(ctx)
-    probe = StepProbe(save_at=(k,), digest=True)
+    probe = probe_for(ctx, run, save_at=(k,), digest=True)
     run.current_input = {"k": k, "n": n, "run": "A (this process)"}
     try:
         loop.train_steps(trainer, k + n, probe)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,9 +27,17 @@ class StepProbe(TrainerCallback):
     """Per update: the time its step ended, the logged loss / grad norm / LR, optionally a digest
     of the weights after it; `save_at` steps are saved by the trainer's own checkpoint code."""
 
-    def __init__(self, save_at: tuple[int, ...] = (), digest: bool = False) -> None:
+    def __init__(
+        self,
+        save_at: tuple[int, ...] = (),
+        digest: bool = False,
+        on_step: Callable[[int, int, float | None], None] | None = None,
+    ) -> None:
         self.save_at = set(save_at)
         self.digest = digest
+        # Called after every logged step with (step, max_steps, loss): the phase's progress and
+        # its cancel / deadline check (raising there unwinds the trainer's loop).
+        self.on_step = on_step
         self.rows: dict[int, dict[str, Any]] = {}
         self.ends: list[float] = []
         self.started = 0.0
@@ -56,6 +65,8 @@ class StepProbe(TrainerCallback):
             for key in LOGGED:
                 if logs.get(key) is not None:
                     row[key] = float(logs[key])
+            if self.on_step is not None:
+                self.on_step(state.global_step, state.max_steps, row.get("loss"))
         return control
 
     def step_times(self) -> list[float]:
