@@ -572,7 +572,6 @@ def _check(spec: CampaignSpec) -> None:
 TRAINER_OWNS = {
     "split": "the script's train_dataset and eval_dataset are the splits",
     "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
-    "lr_board": "an LR board on a captured trainer is not supported yet",
     "fit_search": "a fit search on a captured trainer is not supported yet",
     "distributed": "a captured trainer runs on one process for now",
 }

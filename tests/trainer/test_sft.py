@@ -17,7 +17,12 @@ def _chat_args(tiny) -> list[str]:
 @pytest.fixture(scope="module")
 def chat(tiny, tmp_path_factory):
     return run_campaign(
-        tmp_path_factory.mktemp("chat"), "sft_chat.py", _chat_args(tiny), control={"inputs": ["rev: abc"]}
+        tmp_path_factory.mktemp("chat"),
+        "sft_chat.py",
+        _chat_args(tiny),
+        control={"inputs": ["rev: abc"]},
+        # Two LRs through args.learning_rate, the trainer's own evaluate() every 2 updates.
+        lr_board={"control": 0.002, "variants": [0.02], "updates": 4, "validate_every": 2},
     )
 
 
@@ -87,3 +92,18 @@ def test_a_template_without_generation_markers_is_bad_input(tiny, tmp_path):
     assert "sft_chat_no_markers.py: line " in line and "before calling train()" in line
     assert "generation" in line
     assert run.record is None
+
+
+def test_chat_lr_board_runs_their_trainer_from_one_start(chat):
+    runs = chat.record["runs"]
+    assert [r["lr"] for r in runs] == [0.002, 0.02]
+    assert all(r["status"] == "completed" for r in runs)
+    # Same starting weights and the same first batches at every LR of the seed.
+    assert len({r["initial_weights_sha256"] for r in runs}) == 1
+    assert len({r["first_batches_sha256"] for r in runs}) == 1
+    for r in runs:
+        assert [p["update"] for p in r["validation"]] == [0, 2, 4]
+        assert len(r["losses"]) == 4
+    assert runs[0]["validation"][0]["loss"] == runs[1]["validation"][0]["loss"]
+    assert runs[0]["losses"][-1] != runs[1]["losses"][-1]  # the LR really changed the run
+    assert chat.record["board"]["control"]

@@ -17,6 +17,7 @@ from ...core.spec import LoadedSpec
 from ...tasks.loader import TaskError
 from ..context import RunContext
 from ..probes import _vm_hwm_bytes
+from . import board  # noqa: F401  (registers the trainer's lr_run body)
 from .adapter import adapt
 from .bodies import BODIES, INITIAL
 from .capture import CaptureError, capture
