@@ -20,7 +20,7 @@ def plain(tiny, tmp_path_factory):
         tmp_path_factory.mktemp("plain"),
         "plain_trainer.py",
         _args(tiny),
-        control={"inputs": ["rev: abc ="]},
+        replay={"inputs": ["rev: abc ="]},
         # Memory variants by changing trainer.args in place (the effective batch kept: 2 × 4).
         variants=[{"id": "mb2", "microbatch": 2}, {"id": "ckpt", "activation_checkpointing": True}],
     )

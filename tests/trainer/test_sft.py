@@ -20,7 +20,7 @@ def chat(tiny, tmp_path_factory):
         tmp_path_factory.mktemp("chat"),
         "sft_chat.py",
         _chat_args(tiny),
-        control={"inputs": ["rev: abc"]},
+        replay={"inputs": ["rev: abc"]},
         # Two LRs through args.learning_rate, the trainer's own evaluate() every 2 updates.
         lr_board={"control": 0.002, "variants": [0.02], "updates": 4, "validate_every": 2},
     )

@@ -513,7 +513,7 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     seconds = time.perf_counter() - t0
     found = _folder(path)
     adapter_only = (path / "adapter_config.json").is_file()
-    view = model_view(loop.unwrapped(trainer), adapter, ctx.spec.control.inputs, 16)
+    view = model_view(loop.unwrapped(trainer), adapter, ctx.spec.replay.inputs, 16)
     ctx.memo[EXPORT_MEMO] = {"path": path, "view": view, "adapter_only": adapter_only}
     details = found | {
         "export_s": seconds,
@@ -546,7 +546,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     model = reload_export(exported["path"], exported["adapter_only"], loop.unwrapped(trainer))
     model.to(loop.unwrapped(trainer).device)
     reload_s = time.perf_counter() - t0
-    after = model_view(model, adapter, ctx.spec.control.inputs, 16)
+    after = model_view(model, adapter, ctx.spec.replay.inputs, 16)
     before = exported["view"]
     diff = float((after["logits"] - before["logits"]).abs().max())
     changed = [
@@ -562,9 +562,9 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         "reloaded": type(model).__name__,
     }
     if diff > 1e-5 or changed:
-        what = f"{len(changed)} control replies changed" if changed else f"logits differ by up to {diff:.3g}"
+        what = f"{len(changed)} replayed replies changed" if changed else f"logits differ by up to {diff:.3g}"
         raise PhaseFailure(f"the reloaded export is not the model that was exported: {what}", details)
-    controls = f", {len(after['controls'])} control replies identical" if after["controls"] else ""
+    controls = f", {len(after['controls'])} replayed replies identical" if after["controls"] else ""
     return Outcome(PASS, f"reloaded with from_pretrained: logits identical{controls}", details)
 
 
