@@ -21,7 +21,8 @@ pytest.importorskip("trl", reason="the [trl] extra is not installed: pip install
 SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "trainer_scripts"
 # Small, fast gates: a handful of updates, a tiny overfit subset, resume 2 + 2.
 FAST: dict[str, Any] = {
-    "phases": {"steady_updates": 3},
+    # The fake-tensor estimate takes ~20 s on a loaded CPU: run once, by the plain Trainer's campaign.
+    "phases": {"steady_updates": 3, "skip": ["estimate"]},
     "overfit": {"examples": 4, "max_steps": 80, "lr": 0.01},
     "resume": {"k": 2, "n": 2},
 }
@@ -92,8 +93,6 @@ def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) ->
 
 
 def passes_every_phase(run: Run) -> None:
-    """Every gate passes; the memory estimate is the one phase that says it did not run."""
+    """Every gate ran and passed."""
     assert run.rc == 0, run.out
-    verdicts = run.verdicts()
-    assert verdicts.pop("estimate") == "warn"
-    assert set(verdicts.values()) == {"pass"}, run.out
+    assert set(run.verdicts().values()) == {"pass"}, run.out

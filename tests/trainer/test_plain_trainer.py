@@ -21,6 +21,7 @@ def plain(tiny, tmp_path_factory):
         "plain_trainer.py",
         _args(tiny),
         replay={"inputs": ["rev: abc ="]},
+        phases={"steady_updates": 3},  # the estimate included
         # Memory variants by changing trainer.args in place (the effective batch kept: 2 × 4).
         variants=[{"id": "mb2", "microbatch": 2}, {"id": "ckpt", "activation_checkpointing": True}],
     )
@@ -45,6 +46,8 @@ def test_load_row_says_what_the_pilot_changed(plain):
         assert key in changed
     assert d["trainer"] == "CompletionTrainer" and d["collator"] == "PadCollator"
     assert d["capture_s"] > 0 and d["train_examples"] + d["eval_examples"] == 96
+    # The load gate's time is the script's, up to train(): what a restart costs in the plan.
+    assert plain.row("load")["duration_s"] == pytest.approx(d["capture_s"], abs=1e-3)
     # The trainer writes inside the record's folder, never where the script said (the script's
     # TrainingArguments may make the empty folder when it is constructed, before the capture).
     assert not any((plain.folder / "out").rglob("*"))
@@ -98,3 +101,14 @@ def test_variants_change_the_trainer_args_in_place(plain):
     assert control["activation_checkpointing"] is False
     ids = [v["id"] for v in plain.record["variants"]]
     assert ids == ["control", "mb2", "ckpt"]
+
+
+def test_the_estimate_rebuilds_their_model_under_fake_tensors(plain):
+    row = plain.row("estimate")
+    assert row["verdict"] == "pass", row["reason"]
+    names = [e["name"] for e in row["details"]["estimates"]]
+    assert names == ["control", "mb2", "ckpt"]
+    control = row["details"]["estimates"][0]
+    # The captured model's own parameter count, and its longest rows as the sequence length.
+    assert control["trainable_parameters"] == plain.row("load")["details"]["trainable_parameters"]
+    assert control["max_length"] == plain.record["dataset"]["max_length"] > 0

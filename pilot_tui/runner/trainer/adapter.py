@@ -172,6 +172,18 @@ class TrainerAdapter:
             )
         return self._lengths[key]
 
+    def estimate_source(self) -> Any:
+        """The fake-tensor estimate's model source (runner/memory_estimate reads it through here)."""
+        from .estimate import trainer_source
+        from .loop import unwrapped
+
+        return trainer_source(self, unwrapped(self.trainer))
+
+    def longest(self) -> int:
+        """The longest row the trainer's datasets hold (the campaign's max length)."""
+        rows = [("train", self.train), ("eval", self.eval)]
+        return max((self.length(s, i) for s, r in rows if r is not None for i in range(len(r))), default=0)
+
     def checks(self) -> list[Check]:
         return [self.end_check(), self.boundary_check()]
 

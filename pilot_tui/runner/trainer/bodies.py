@@ -80,16 +80,6 @@ def _output_size(model: torch.nn.Module) -> ModelOutput:
     )
 
 
-@body("estimate")
-def estimate(ctx: RunContext, run: PhaseRun) -> Outcome:
-    return Outcome(
-        WARN,
-        "control not estimable: the fake-tensor estimate does not run on a captured trainer yet "
-        "(its weights are already loaded; the load and first_step rows measure them)",
-        {"estimable": False},
-    )
-
-
 @body("load")
 def load(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer, cap = _t(ctx), ctx.memo["trainer_capture"]
@@ -132,7 +122,7 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         f"captured {type(trainer).__name__} in {cap['seconds']:.2f} s (everything before train()); "
         f"the pilot changed {len(cap['changes'])} settings"
     )
-    return Outcome(PASS, reason, details)
+    return Outcome(PASS, reason, details, duration_s=round(cap["seconds"], 4))
 
 
 @body("inspect")

@@ -49,7 +49,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int) -> LoadedSpec:
+def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest: int = 0) -> LoadedSpec:
     """The spec's batch section as the trainer's own figures (the accounting and rows show them)."""
     a = trainer.args
     micro, acc = int(a.per_device_train_batch_size), int(a.gradient_accumulation_steps)
@@ -61,6 +61,8 @@ def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int) -> Load
         loaded.spec.batch,
         microbatch=micro,
         accumulation=acc,
+        # The rows arrive tokenised (and cut) by the script: the longest one is the max length.
+        max_length=longest,
         updates=max(1, int(updates)),
         precision="bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
         activation_checkpointing=checkpointing(a),
@@ -82,7 +84,7 @@ def open_trainer_campaign(
         adapter = adapt(trainer)
     except ValueError as exc:
         raise TaskError(f"{cap.script}: {exc}") from None
-    loaded = trainer_batch(loaded, trainer, len(adapter.train))
+    loaded = trainer_batch(loaded, trainer, len(adapter.train), adapter.longest())
     ctx = RunContext(
         loaded,
         adapter.task,
