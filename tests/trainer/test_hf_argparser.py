@@ -27,7 +27,7 @@ def test_with_do_train_it_passes_every_phase(tiny, tmp_path):
         tmp_path, "hf_argparser.py", _args(tiny, "--do_train", "--do_eval"), task={"supervise_prompt": True}
     )
     passes_every_phase(run)
-    assert run.row("load")["details"]["collator"] == "function"  # default_data_collator
+    assert run.row("load")["details"]["collator"] == "default_data_collator"
     steps = run.row("resume")["details"]["steps"]
     assert steps and all(s["digest_same"] for s in steps)
 

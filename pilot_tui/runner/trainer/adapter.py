@@ -261,6 +261,13 @@ class TrainerAdapter:
 
 
 def adapt(trainer: Any) -> TrainerAdapter:
+    for name in ("train_dataset", "eval_dataset"):
+        ds = getattr(trainer, name)
+        if ds is not None and not isinstance(ds, dict) and not hasattr(ds, "__getitem__"):
+            raise ValueError(
+                f"its {name} is a {type(ds).__name__} without indexed rows (an IterableDataset?): "
+                "the pilot needs rows it can index (a datasets.Dataset or a map-style torch Dataset)"
+            )
     train = _rows(trainer, TRAIN)
     if train is None:
         raise ValueError("the trainer has no train_dataset")

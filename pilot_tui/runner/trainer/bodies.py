@@ -112,7 +112,7 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         "optim": str(getattr(a.optim, "value", a.optim)),
         "precision": "bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
         "activation_checkpointing": loop.checkpointing(a),
-        "collator": type(trainer.data_collator).__name__,
+        "collator": getattr(trainer.data_collator, "__name__", type(trainer.data_collator).__name__),
         "pilot_changed": cap["changes"],
         "versions": cap["versions"],
     }
