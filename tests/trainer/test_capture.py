@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from pilot_tui.runner.trainer.bodies import compare_steps
 from pilot_tui.runner.trainer.capture import CaptureError, capture
+from pilot_tui.runner.trainer.resume_gate import compare_steps
 
 BUILD = """
     import sys

@@ -21,8 +21,8 @@ from ..context import Cancelled, RunContext
 from ..phases.base import Outcome, PhaseRun
 from ..phases.lr_run import FIRST_BATCHES, VERDICTS, _finish, _Live, plan_run, stop_cause
 from . import loop
-from .bodies import _from_start, _t, body
 from .probe import parameter_digest
+from .registry import body, from_start, trainer_of
 
 
 class BoardProbe(TrainerCallback):
@@ -103,7 +103,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
 
     plan = plan_run(ctx, run)
     cfg, board = plan.config, plan.board
-    trainer = _t(ctx)
+    trainer = trainer_of(ctx)
     t0 = time.perf_counter()
     row: dict[str, Any] = {
         "id": plan.run_id,
@@ -139,7 +139,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
             raise ValueError(
                 "the script gives the trainer no eval_dataset: an LR run has nothing to validate on"
             )
-        _from_start(ctx)
+        from_start(ctx)
         a.learning_rate, a.seed = plan.lr, plan.seed
         transformers.set_seed(plan.seed)  # dropout draws the same at every LR of this seed
         row["initial_weights_sha256"] = parameter_digest(loop.unwrapped(trainer))

@@ -17,11 +17,13 @@ from ...core.spec import LoadedSpec
 from ...tasks.loader import TaskError
 from ..context import RunContext
 from ..probes import _vm_hwm_bytes
-from . import board  # noqa: F401  (registers the trainer's lr_run body)
+
+# Imported for their @body registrations.
+from . import board, data_gates, engine_gates, resume_gate  # noqa: F401
 from .adapter import adapt
-from .bodies import BODIES, INITIAL
 from .capture import CaptureError, capture
 from .loop import checkpointing, snapshot, unwrapped
+from .registry import BODIES, INITIAL
 from .settings import apply_pilot_settings
 
 OUTPUT_DIR = "trainer-output"

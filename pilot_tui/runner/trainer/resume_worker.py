@@ -33,10 +33,10 @@ def resume(args: argparse.Namespace) -> None:
     from ...core.spec import load_spec
     from ..fresh_process import RESULT_FILE
     from ..lifetime import die_with_parent
-    from .bodies import _hexes
     from .campaign import capture_for
     from .loop import train_steps
     from .probe import StepProbe
+    from .resume_gate import hexes
     from .settings import apply_pilot_settings
 
     die_with_parent()
@@ -55,7 +55,7 @@ def resume(args: argparse.Namespace) -> None:
     probe = StepProbe(digest=True)
     train_steps(trainer, args.steps, probe, resume=str(args.checkpoint))
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = [_hexes(r) for r in probe.ordered()]
+    rows = [hexes(r) for r in probe.ordered()]
     (args.out / RESULT_FILE).write_text(json.dumps({"rows": rows}))
 
 
