@@ -5,7 +5,7 @@ The script is read, never run: its syntax, its imports (the stack phase's `requi
 calls `.train(` and trains only under `--do_train`. The arguments are what the user would type
 after `python train.py`; paths among them that exist are rewritten relative to the campaign's
 folder (the runner starts the script there), and a JSONL data file among them gives the plan's
-dataset size and the control prompts. Nothing is imported or loaded.
+dataset size and the prompts to replay. Nothing is imported or loaded.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..tasks.hf_data import DataError, read_jsonl
 from ..tasks.hf_model import weight_files
 from .init import _literal
 
-CONTROL_INPUTS = 3
+REPLAY_INPUTS = 3
 # Below this many weight bytes the model is a toy or from-scratch model: a high overfit LR.
 SMALL_MODEL_BYTES = 200 * 2**20
 # The flag HfArgumentParser scripts (the HF examples) train under; `TrainingArguments.do_train`
@@ -34,6 +34,10 @@ DO_TRAIN = "--do_train"
 # Such a script builds its eval set only under --do_eval; the split and eval_longest gates need it.
 DO_EVAL = "--do_eval"
 EPOCH_FLAGS = ("--num_train_epochs", "--epochs")
+MICROBATCH_FLAGS = ("--per_device_train_batch_size", "--batch_size")
+CHECKPOINTING_FLAGS = ("--gradient_checkpointing", "--activation_checkpointing")
+LR_FLAGS = ("--learning_rate", "--lr")
+FALSE = ("false", "0", "no")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -53,7 +57,7 @@ class ScriptFindings:
     notes: list[str] = field(default_factory=list)
     data: Path | None = None
     rows: int = 0
-    controls: list[str] = field(default_factory=list)
+    replays: list[str] = field(default_factory=list)
     plain_text: bool = False  # the data is bare text: every token is learnt, no prompt to mask
     model_dir: Path | None = None
     weight_bytes: int = 0
@@ -140,6 +144,24 @@ def _flag_value(args: Sequence[str], flags: Sequence[str]) -> str:
     return ""
 
 
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def _checkpointing_on(args: Sequence[str]) -> bool:
+    """`--gradient_checkpointing` given without a false value (a bare flag means true)."""
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name.replace("-", "_").lstrip("_") in {f.lstrip("-") for f in CHECKPOINTING_FLAGS}:
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "true"
+            return value.lower() not in FALSE
+    return False
+
+
 def _has_flag(args: Sequence[str], flag: str) -> bool:
     spellings = {flag, flag.replace("_", "-")}
     return any(a in spellings or a.split("=", 1)[0] in spellings for a in args)
@@ -181,7 +203,7 @@ def _json_rows(path: Path) -> list[dict[str, Any]]:
     return [obj for _, obj in read_jsonl(path)]
 
 
-def _control_of(row: dict[str, Any]) -> str:
+def _replay_of(row: dict[str, Any]) -> str:
     """The prompt part of one example, as the pilot will replay it."""
     messages = row.get("messages") or row.get("conversations")
     if isinstance(messages, list):
@@ -228,10 +250,10 @@ def inspect_script(
                 found.data, found.rows = path, len(rows)
                 found.plain_text = _is_plain_text(rows[0])
                 for row in rows:
-                    text = _control_of(row)
-                    if text and text not in found.controls:
-                        found.controls.append(text)
-                    if len(found.controls) >= CONTROL_INPUTS:
+                    text = _replay_of(row)
+                    if text and text not in found.replays:
+                        found.replays.append(text)
+                    if len(found.replays) >= REPLAY_INPUTS:
                         break
     if moved:
         found.notes.append(
@@ -263,6 +285,51 @@ def inspect_script(
     except ValueError:
         found.epochs = 1
     return found
+
+
+def _variant_lines(args: Sequence[str]) -> list[str]:
+    """Memory variants (what trainer.args takes in place) and, when the LR is among the args, an
+    LR board around it. The script's own batch is unknown until it runs: a variant that turns out
+    to be the control's configuration is measured again, harmless."""
+    lines = ["", "# Memory variants, each measured by changing the captured trainer.args in place (R11)."]
+    microbatch = _flag_value(args, MICROBATCH_FLAGS)
+    if _number(microbatch) != 1:
+        lines += [
+            "[[variants]]",
+            'id = "mb1"',
+            "microbatch = 1                  # accumulation rises to keep the effective batch",
+            "",
+        ]
+    if not _checkpointing_on(args):
+        lines += [
+            "[[variants]]",
+            'id = "ckpt"',
+            "activation_checkpointing = true # the model's own gradient checkpointing",
+        ]
+    else:
+        lines.append("# (no checkpointing variant: the args already turn it on)")
+    lr = _number(_flag_value(args, LR_FLAGS))
+    lines.append("")
+    if lr > 0:
+        lines += [
+            "# LR runs through args.learning_rate: each the script's own train() from the captured weights.",
+            "[lr_board]",
+            f"control = {_literal(lr)}             # the script's --learning_rate",
+            f"variants = {_literal([lr / 2, lr * 2])}   # around it: illustrations, not advice",
+            "seeds = [0]",
+            "updates = 20",
+            "validate_every = 10",
+        ]
+    else:
+        lines += [
+            "# An LR board runs through args.learning_rate; set control to the script's LR to add one:",
+            "# [lr_board]",
+            "# control = 2e-5",
+            "# variants = [1e-5, 4e-5]",
+            "# updates = 20",
+            "# validate_every = 10",
+        ]
+    return lines
 
 
 def render_trainer(found: ScriptFindings, *, out: Path, name: str) -> str:
@@ -325,15 +392,18 @@ def render_trainer(found: ScriptFindings, *, out: Path, name: str) -> str:
         "k = 2",
         "n = 2",
         "tolerance = 0.0",
-        "",
-        "[control]",
     ]
-    if found.controls:
+    lines += _variant_lines(found.args)
+    lines += [
+        "",
+        "[replay]",
+    ]
+    if found.replays:
         source = os.path.relpath(found.data.resolve(), folder) if found.data else "the data"
         lines += [
             f"# Prompts taken from {source}: replayed greedily before the export and after the",
             "# reload in a fresh process; the outputs must match.",
-            f"inputs = {_literal(found.controls)}",
+            f"inputs = {_literal(found.replays)}",
         ]
     else:
         lines += [
@@ -350,7 +420,7 @@ def render_trainer(found: ScriptFindings, *, out: Path, name: str) -> str:
     why = "from the script's args" if _flag_value(found.args, EPOCH_FLAGS) else "edit to the rental's"
     lines += [
         f"epochs = {found.epochs}                      # {why}",
-        f"expected_result = {_literal('validation loss below the pilot' + chr(39) + 's; control replies unchanged after reload')}",
+        f"expected_result = {_literal('validation loss below the pilot' + chr(39) + 's; replayed replies unchanged after reload')}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -76,7 +76,11 @@ def test_hf_argparser_script_gets_do_train_and_paths_relative_to_the_campaign(tm
     assert task.supervise_prompt is True  # bare text: every token is learnt
     assert set(task.requires) == {"transformers", "datasets"}
     assert loaded.spec.plan.dataset_size == len(data["text"].read_text().splitlines())
-    assert len(loaded.spec.control.inputs) == 3
+    assert len(loaded.spec.replay.inputs) == 3
+    # Its batch and checkpointing are unknown until it runs: both memory variants; no LR in args,
+    # so no LR board.
+    assert [v.id for v in loaded.spec.variants] == ["mb1", "ckpt"]
+    assert loaded.spec.lr_board is None
     text = out.read_text()
     assert "--do_train added" in text and "rewritten relative" in text
 
@@ -87,8 +91,35 @@ def test_flags_already_given_are_not_added_twice_and_a_chat_script_keeps_the_pro
     data = _write_data(tmp_path)
     args = ["--model_name_or_path", "m", "--train_file", str(data["text"]), "--do_train", "--do-eval"]
     assert _init(tmp_path, monkeypatch, "--trainer", str(SCRIPTS / "hf_argparser.py"), "--", *args) == 0
-    task = load_spec(tmp_path / "campaign.toml").spec.task
-    assert task.args == args  # absolute path kept, nothing added
+    spec = load_spec(tmp_path / "campaign.toml").spec
+    assert spec.task.args == args  # absolute path kept, nothing added
+    # Microbatch 1 and checkpointing already in the args: no variant repeats them; the LR board
+    # sits around the LR the args give.
+    more = ["--per_device_train_batch_size", "1", "--gradient_checkpointing", "--learning_rate", "1e-3"]
+    assert (
+        _init(
+            tmp_path,
+            monkeypatch,
+            "--trainer",
+            str(SCRIPTS / "hf_argparser.py"),
+            "--force",
+            "--",
+            *args,
+            *more,
+        )
+        == 0
+    )
+    spec = load_spec(tmp_path / "campaign.toml").spec
+    assert spec.variants == [] and spec.lr_board is not None
+    assert spec.lr_board.control == 1e-3 and sorted(spec.lr_board.variants) == [5e-4, 2e-3]
+    off = ["--gradient_checkpointing", "false"]
+    assert (
+        _init(
+            tmp_path, monkeypatch, "--trainer", str(SCRIPTS / "hf_argparser.py"), "--force", "--", *args, *off
+        )
+        == 0
+    )
+    assert [v.id for v in load_spec(tmp_path / "campaign.toml").spec.variants] == ["mb1", "ckpt"]
     assert (
         _init(
             tmp_path,
@@ -113,7 +144,7 @@ def test_flags_already_given_are_not_added_twice_and_a_chat_script_keeps_the_pro
     assert loaded.spec.task.supervise_prompt is False
     assert "trl" in loaded.spec.task.requires
     first_user = next(m["content"] for m in _rows(data["chat"])[0]["messages"] if m["role"] == "user")
-    assert loaded.spec.control.inputs[0] == first_user
+    assert loaded.spec.replay.inputs[0] == first_user
 
 
 @pytest.mark.parametrize(
@@ -221,7 +252,8 @@ def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(tmp_path
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = next((tmp_path / "c" / "records").glob("*.toml"))
-    verdicts = {r["name"]: r["verdict"] for r in tomllib.loads(record.read_text())["phases"]}
-    assert verdicts.pop("estimate") == "warn"  # the one phase that says it does not run here yet
-    assert set(verdicts.values()) == {"pass"}, proc.stdout
+    rows = tomllib.loads(record.read_text())["phases"]
+    assert {r["verdict"] for r in rows} == {"pass"}, proc.stdout
+    ran = {(r["name"], r["variant"]) for r in rows}
+    assert {("first_step", "mb1"), ("steady", "ckpt")} <= ran  # the variants init wrote ran
     assert assets.model.is_dir()
