@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,10 +42,31 @@ def _tiny_assets():
     return module
 
 
+def shared_root(tmp_path_factory) -> Path:
+    """A folder every pytest-xdist worker of this session sees (the session's own without xdist):
+    a campaign run once serves the tests of its module on whichever worker they land."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """One worker at a time builds what `path` names; the others wait, then read it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return _tiny_assets().build(tmp_path_factory.mktemp("tiny"))
+    folder = shared_root(tmp_path_factory) / "trainer-tiny"
+    with locked(folder):
+        return _tiny_assets().build(folder)  # idempotent: a complete build is reused
 
 
 @dataclass
@@ -90,6 +115,23 @@ def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) ->
     found = re.search(r"record (\S+\.toml)", proc.stdout)
     record = tomllib.loads(Path(found.group(1)).read_text()) if found else None
     return Run(proc.returncode, out, record, folder)
+
+
+def shared_campaign(tmp_path_factory, name: str, script: str, args: list[str], **sections: Any) -> Run:
+    """`run_campaign` once per session under `name`, whichever xdist worker asks first; the
+    others read its output and record."""
+    folder = shared_root(tmp_path_factory) / f"trainer-{name}"
+    done = folder / "run.json"
+    with locked(folder):
+        if not done.is_file():
+            run = run_campaign(folder, script, args, **sections)
+            found = re.search(r"record (\S+\.toml)", run.out)
+            done.write_text(
+                json.dumps({"rc": run.rc, "out": run.out, "record": found.group(1) if found else ""})
+            )
+        saved = json.loads(done.read_text())
+    record = tomllib.loads(Path(saved["record"]).read_text()) if saved["record"] else None
+    return Run(saved["rc"], saved["out"], record, folder)
 
 
 def passes_every_phase(run: Run) -> None:

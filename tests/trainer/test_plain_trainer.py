@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import LATER, passes_every_phase, run_campaign
+from .conftest import LATER, passes_every_phase, run_campaign, shared_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -16,8 +16,9 @@ def _args(tiny) -> list[str]:
 
 @pytest.fixture(scope="module")
 def plain(tiny, tmp_path_factory):
-    return run_campaign(
-        tmp_path_factory.mktemp("plain"),
+    return shared_campaign(
+        tmp_path_factory,
+        "plain",
         "plain_trainer.py",
         _args(tiny),
         replay={"inputs": ["rev: abc ="]},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import LATER, passes_every_phase, run_campaign
+from .conftest import LATER, passes_every_phase, run_campaign, shared_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -16,8 +16,9 @@ def _chat_args(tiny) -> list[str]:
 
 @pytest.fixture(scope="module")
 def chat(tiny, tmp_path_factory):
-    return run_campaign(
-        tmp_path_factory.mktemp("chat"),
+    return shared_campaign(
+        tmp_path_factory,
+        "chat",
         "sft_chat.py",
         _chat_args(tiny),
         replay={"inputs": ["rev: abc"]},
@@ -38,7 +39,7 @@ def packed(tiny, tmp_path_factory):
         "--eval_strategy", "steps",
         "--learning_rate", "0.005",
     ]  # fmt: skip
-    return run_campaign(tmp_path_factory.mktemp("packed"), "sft_packing.py", args)
+    return shared_campaign(tmp_path_factory, "packed", "sft_packing.py", args)
 
 
 def test_chat_passes_every_phase(chat):
