@@ -257,6 +257,9 @@ class DistributedSpec:
     allreduce_mb: float = 0.0
     # The steady row warns when waiting for data takes more than this share of an update.
     data_wait_warn: float = 0.10
+    # "sharded" (torch.distributed.checkpoint, each rank its shards) | "full" (the gathered state
+    # dict, one file by rank 0); "": sharded under fsdp, full otherwise (R28).
+    checkpoint: str = ""
 
 
 @dataclass(frozen=True)
@@ -565,6 +568,7 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
     need(d.timeout_s > 0, "distributed.timeout_s", "must be > 0")
     need(d.allreduce_mb >= 0, "distributed.allreduce_mb", "must be ≥ 0 (0 = the default size)")
     need(0 < d.data_wait_warn <= 1, "distributed.data_wait_warn", "must be a share in (0, 1]")
+    need(d.checkpoint in ("", "sharded", "full"), "distributed.checkpoint", "must be 'sharded' or 'full'")
     need(b.num_workers >= 0, "batch.num_workers", "must be ≥ 0")
     if d.strategy == "none":
         need(

@@ -163,6 +163,8 @@ def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
         ("step_time_s", "step_time_s"),
         ("data_wait_share", "data_wait_share"),
         ("rank_state_mb", "state_mb"),
+        ("save_s", "save_s"),
+        ("written_mb", "written_mb"),
     ):
         if key in details:
             entry[name] = details[key]
@@ -187,12 +189,12 @@ def merge_rows(
     reason = base.get("reason", "")
     if verdict != base.get("verdict") or (verdict == "fail" and len(rows) > 1):
         reason = f"rank {worst}: {rows[worst].get('reason', '')}"
-    for key in ("step_time_s", "step_time_p50_s", "step_time_p90_s", "data_wait_share"):
+    for key in ("step_time_s", "step_time_p50_s", "step_time_p90_s", "data_wait_share", "save_s"):
         per = [rows[r]["details"][key] for r in rows if key in rows[r].get("details", {})]
         if per:
             # The ranks step together: the slowest one sets the pace the plan must use.
             details[key] = max(per)
-    for key in ("examples_per_s", "tokens_per_s"):
+    for key in ("examples_per_s", "tokens_per_s", "written_mb"):
         per = [rows[r]["details"].get(key) for r in rows if key in rows[r].get("details", {})]
         if per:
             details[key] = sum(per)
