@@ -87,7 +87,8 @@ def ran(tmp_path_factory) -> Iterator[tuple[Session, dict[str, dict[str, Any]]]]
     # The same engine phases under fsdp, beside the ddp control, and a resume under fsdp.
     for phase in ("save", "export"):
         run(f"{phase}@fsdp", name=f"{phase}@fsdp")
-    run("resume", {"strategy": "fsdp"}, name="resume@fsdp")
+    # The gathered full state dict under fsdp (the sharded kind has its own module).
+    run("resume", {"strategy": "fsdp", "checkpoint": "full"}, name="resume@fsdp")
     # A collate made slow on purpose (a test hook): the DataLoader's wait is measured and warned.
     run("steady", {"collate_delay_s": 0.01}, name="slow-collate")
     # A rank that raises, dies or hangs fails its phase by name; the next step still runs, on a

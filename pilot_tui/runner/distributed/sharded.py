@@ -162,19 +162,36 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise UnsafeLoadError(f"DCP metadata asks for {module}.{name}, which a checkpoint index never needs")
 
 
+def read_metadata(path: Path):
+    """DCP's `.metadata` index through the restricted unpickler; refused if it holds a non-tensor."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
+
+    index = path / ".metadata"
+    if not index.is_file():
+        raise UnsafeLoadError(f"{path}: refused: no .metadata index (not a complete sharded checkpoint)")
+    try:
+        metadata = _MetadataUnpickler(io.BytesIO(index.read_bytes())).load()
+    except UnsafeLoadError as exc:
+        raise UnsafeLoadError(f"{index}: refused: {exc}") from None
+    except Exception as exc:
+        raise UnsafeLoadError(f"{index}: refused: unreadable index ({type(exc).__name__})") from None
+    if not isinstance(metadata, Metadata):
+        raise UnsafeLoadError(f"{index}: refused: not a DCP index")
+    for key, item in metadata.state_dict_metadata.items():
+        if isinstance(item, BytesStorageMetadata):
+            # DCP would torch.load(weights_only=False) it: never.
+            raise UnsafeLoadError(f"{path}: refused: {key} is not a tensor (DCP would unpickle it)")
+    return metadata
+
+
 def _reader(path: Path):
     """DCP's file reader with the `.metadata` read through the restricted unpickler."""
     from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, StorageMeta
+    from torch.distributed.checkpoint.metadata import StorageMeta
 
     class SafeReader(FileSystemReader):
         def read_metadata(self, *args: Any, **kwargs: Any):
-            raw = Path(self._get_metadata_path(kwargs.get("rank"))).read_bytes()
-            metadata = _MetadataUnpickler(io.BytesIO(raw)).load()
-            for key, item in metadata.state_dict_metadata.items():
-                if isinstance(item, BytesStorageMetadata):
-                    # DCP would torch.load(weights_only=False) it: never.
-                    raise UnsafeLoadError(f"{path}: refused: {key} is not a tensor (it would be unpickled)")
+            metadata = read_metadata(path)
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
@@ -218,6 +235,7 @@ def load_sharded(state, path: Path, provenance: Mapping[str, Any]) -> dict[str, 
 
     check_torch_version()
     verify_provenance(path, provenance)
+    read_metadata(path)  # refused here, in one line, before DCP reads anything
     extra, note = read_extra(path, provenance)
     msd, osd = tensor_state(state)  # this rank's shards at the current world size: DCP fills them
     optim_tensors, _ = _split_optimizer(osd)
@@ -251,6 +269,7 @@ def verify_sharded(state, path: Path, provenance: Mapping[str, Any]) -> list[str
 
     check_torch_version()
     verify_provenance(path, provenance)
+    read_metadata(path)
     read_extra(path, provenance)  # weights_only, refused if unsafe
     msd, osd = tensor_state(state)
     optim_tensors, _ = _split_optimizer(osd)
