@@ -76,7 +76,7 @@ def test_dcp_metadata_asking_for_code_is_refused_even_with_a_recorded_hash(ctx):
 
     (path / ".metadata").write_bytes(pickle.dumps(Evil()))
     entry = artifact_entry(path, "training_checkpoint")  # provenance holds: the content does not
-    with pytest.raises(UnsafeLoadError, match="builtins.print"):
+    with pytest.raises(UnsafeLoadError, match=r"builtins\.print"):
         resume_from(ctx.new_state(ctx.config()), path, entry)
 
 
