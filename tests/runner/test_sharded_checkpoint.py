@@ -39,6 +39,9 @@ def fsdp_campaign(folder: Path, checkpoint: str = "") -> Path:
             "phases": {"skip": ["inspect", "split", "overfit", "lr_run"], "steady_updates": 2},
             "distributed": distributed,
             "resume": {"k": 2, "n": 2},
+            # The resume starts three new process groups (same size, 1 rank, 2 ranks): on a
+            # loaded 2-core machine that can outlast the demo's 60 s ceiling.
+            "limits": {"default": {"time_s": 300}},
         },
     )
     raw["batch"].pop("replicas")
