@@ -96,3 +96,22 @@ def test_a_dcp_checkpoint_holding_a_non_tensor_item_is_refused(ctx, tmp_path):
     entry = artifact_entry(other, "training_checkpoint")
     with pytest.raises(UnsafeLoadError, match="is not a tensor"):
         resume_from(ctx.new_state(ctx.config()), other, entry)
+
+
+def test_a_resume_at_another_world_size_passes_within_tolerance_and_fails_beyond_it():
+    """The resharded legs' comparison: float noise of another reduction order passes, a real
+    difference (a restarted schedule, a perturbed moment) fails and is named."""
+    from pilot_tui.runner.resume_check import RESHARD_RTOL, compare
+
+    ref = [{"step": 3, "lr": 1e-3, "batch": [1, 2], "loss": 2.5, "epoch": 0}]
+    tensors = {"model/w": torch.linspace(-1, 1, 8), "optim/w/exp_avg": torch.full((8,), 1e-4)}
+    close = {k: v * (1 + 1e-6) for k, v in tensors.items()}
+    same = compare(
+        ref, [ref[0] | {"loss": 2.5 * (1 + 1e-7)}], tensors, close, 0.0, 0.5, RESHARD_RTOL, draws=False
+    )
+    assert same.ok, same.reason()
+    restarted = compare(ref, [ref[0] | {"lr": 1e-4}], tensors, close, 0.0, 0.0, RESHARD_RTOL, draws=False)
+    assert not restarted.ok and "learning rate" in restarted.reason()
+    off = dict(close) | {"optim/w/exp_avg": tensors["optim/w/exp_avg"] * 1.01}
+    moved = compare(ref, ref, tensors, off, 0.0, 0.0, RESHARD_RTOL, draws=False)
+    assert not moved.ok and "optimizer moments" in moved.reason()
