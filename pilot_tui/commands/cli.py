@@ -18,7 +18,41 @@ from ..session.driver import BadInputError, Session
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
 EXIT_CRASH = 3
-SUBCOMMANDS = ("run", "open", "continue", "export", "plan", "note", "conclude", "init", "estimate", "agent")
+SUBCOMMANDS = (
+    "run",
+    "open",
+    "continue",
+    "archive",
+    "export",
+    "plan",
+    "note",
+    "conclude",
+    "init",
+    "estimate",
+    "agent",
+)
+# `export` is the phase that writes the artifact; the command that archives a record was called
+# `export` before it was `archive`, and still answers to the old name.
+OLD_ARCHIVE_NAME = "export"
+# `pilot-tui plan` flags: (flag, [plan] key, help).
+SCHEDULE_FLAGS = (
+    ("--save-every", "save_every", "updates between checkpoint saves in the real run"),
+    ("--keep", "keep", "checkpoints kept on disk (0: every one)"),
+    ("--eval-every", "eval_every", "updates between evaluations"),
+    ("--eval-examples", "eval_examples", "examples per evaluation"),
+    ("--restarts", "restarts", "restarts from the last checkpoint to allow for"),
+)
+
+
+def _count(text: str) -> int:
+    """A whole number ≥ 0 (argparse names the flag when it is not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,12 +94,19 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on a record: run the steps it does not hold yet, into it",
     )
-    exp = sub.add_parser("export", help="archive a record: spec, metrics, artifact manifest, instructions")
-    exp.add_argument("record", type=Path)
-    exp.add_argument("--out", type=Path, help="archive folder or .tar.gz (default: beside the record)")
-    exp.add_argument("--with-artifacts", action="store_true", help="copy the artifacts too")
+    arc = sub.add_parser(
+        "archive",
+        aliases=[OLD_ARCHIVE_NAME],
+        help="archive a record: spec, metrics, artifact manifest, instructions ('export' is its old name)",
+    )
+    arc.add_argument("record", type=Path)
+    arc.add_argument("--out", type=Path, help="archive folder or .tar.gz (default: beside the record)")
+    arc.add_argument("--with-artifacts", action="store_true", help="copy the artifacts too")
     pln = sub.add_parser("plan", help="print the choice sheet and the 3/7/30-day rental plan of a record")
     pln.add_argument("record", type=Path)
+    # Another schedule for the same measurements: re-planned without a new pilot.
+    for flag, key, what in SCHEDULE_FLAGS:
+        pln.add_argument(flag, dest=key, type=_count, metavar="N", help=what)
     note = sub.add_parser("note", help="add an observation to a record (a phase, variant or run)")
     note.add_argument("record", type=Path)
     note.add_argument("text")
@@ -127,16 +168,24 @@ def main(argv: list[str] | None = None) -> int:
             return run_headless(continue_session(args.record), keep_going=args.keep_going)
         if args.command == "open" and args.continue_record:
             return _open_tui(args.target, None, autorun=True, continue_record=True)
-        if args.command == "export":
-            from .archive import export_archive
+        if args.command in ("archive", OLD_ARCHIVE_NAME):
+            from .archive import write_archive
 
-            print(one_line(export_archive(args.record, args.out, with_artifacts=args.with_artifacts)))
+            if args.command == OLD_ARCHIVE_NAME:
+                print(
+                    "pilot-tui: 'export' is the old name of 'archive' (the export is a phase)",
+                    file=sys.stderr,
+                )
+            print(one_line(write_archive(args.record, args.out, with_artifacts=args.with_artifacts)))
             _warn_task_file(args.record)
             return EXIT_OK
         if args.command == "plan":
-            from ..analysis.plan import print_plan
+            from .plan import print_plan
 
-            return print_plan(args.record)
+            schedule = {
+                key: getattr(args, key) for _, key, _ in SCHEDULE_FLAGS if getattr(args, key) is not None
+            }
+            return print_plan(args.record, schedule=schedule)
         if args.command in ("note", "conclude"):
             from ..core.notes import add_note, set_conclusion
 

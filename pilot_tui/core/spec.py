@@ -92,7 +92,7 @@ class BatchSpec:
     epochs: int = 0
     device: str = "auto"
     activation_checkpointing: bool = False
-    # The steady phase feeds its batches through a torch DataLoader with these (issue 16).
+    # The steady phase feeds its batches through a torch DataLoader with these.
     num_workers: int = 0
     pin_memory: bool = False
 
@@ -154,7 +154,7 @@ class VariantSpec:
     max_length: int = 0
     precision: str = ""
     activation_checkpointing: bool | None = None
-    # ddp -> fsdp is the per-GPU memory question people pilot (issue 16).
+    # ddp -> fsdp is the per-GPU memory question people pilot.
     strategy: str = ""
 
 
@@ -205,10 +205,15 @@ class ResumeSpec:
 
 
 @dataclass(frozen=True)
-class ControlSpec:
-    """Control inputs replayed before save and after reload (R16)."""
+class ReplaySpec:
+    """`[replay] inputs`: replayed through the model before the save and after the reload (R16)."""
 
     inputs: list[str] = field(default_factory=list)
+
+
+# `[replay]` was called `[control]` (which also names the campaign's own configuration); campaigns
+# and records written with the old name still read.
+OLD_REPLAY_SECTION = "control"
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,17 @@ class PlanSpec:
     evaluations: int = 0
     checkpoints: int = 0
     validation_size: int = 0
+    # The whole rental (R27), as the real run will spend it. save_every / eval_every: updates
+    # between saves / evaluations (0: `checkpoints` / `evaluations` above); keep: checkpoints kept
+    # on disk (0: every one); eval_examples: examples per evaluation (0: `validation_size`);
+    # restarts: how many times the run is allowed to restart from its last checkpoint;
+    # checkpoint_dir: where checkpoints go, relative to the campaign file ("": the records' folder).
+    save_every: int = 0
+    keep: int = 0
+    eval_every: int = 0
+    eval_examples: int = 0
+    restarts: int = 1
+    checkpoint_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -291,7 +307,7 @@ class CampaignSpec:
     lr_board: LRBoardSpec | None = None
     fit_search: FitSearchSpec | None = None
     resume: ResumeSpec = field(default_factory=ResumeSpec)
-    control: ControlSpec = field(default_factory=ControlSpec)
+    replay: ReplaySpec = field(default_factory=ReplaySpec)
     plan: PlanSpec = field(default_factory=PlanSpec)
     estimate: EstimateSpec = field(default_factory=EstimateSpec)
     distributed: DistributedSpec = field(default_factory=DistributedSpec)
@@ -557,6 +573,7 @@ def _check(spec: CampaignSpec) -> None:
     need(p.checkpoints >= 0, "plan.checkpoints", "must be ≥ 0 (0 = one per epoch)")
     need(p.validation_size >= 0, "plan.validation_size", "must be ≥ 0 (0 = from the split ratios)")
     need(len(set(p.priority)) == len(p.priority), "plan.priority", "a configuration is listed twice")
+    _check_rental(p)
     e = spec.estimate
     need(e.strategy in ("", *STRATEGIES), "estimate.strategy", f"must be one of {', '.join(STRATEGIES)}")
     need(e.gpus >= 0, "estimate.gpus", "must be ≥ 1 (or left out: plan.gpus)")
@@ -564,8 +581,21 @@ def _check(spec: CampaignSpec) -> None:
     need(not (e.strategy == "none" and e.gpus > 1), "estimate.strategy", "'none' runs on one GPU")
 
 
+def _check_rental(p: PlanSpec) -> None:
+    """The `[plan]` keys of the whole rental (saves, evaluations, restarts, disk)."""
+    for key in ("save_every", "keep", "eval_every", "eval_examples", "restarts"):
+        if getattr(p, key) < 0:
+            raise _KeyError(f"plan.{key}", "must be ≥ 0")
+    if p.save_every and p.checkpoints:
+        raise _KeyError("plan.save_every", "set save_every or checkpoints, not both")
+    if p.eval_every and p.evaluations:
+        raise _KeyError("plan.eval_every", "set eval_every or evaluations, not both")
+    if p.eval_examples and p.validation_size:
+        raise _KeyError("plan.eval_examples", "set eval_examples or validation_size, not both")
+
+
 # --------------------------------------------------------------------------------------------
-# [distributed] (issue 16): kept in one block so the world-size rule lives in one place.
+# [distributed]: kept in one block so the world-size rule lives in one place.
 
 
 def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
@@ -670,7 +700,7 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
     except RecursionError:
         raise SpecError(f"{path}: arrays or tables nested too deeply to be a campaign") from None
     try:
-        spec = _build(CampaignSpec, raw, "")
+        spec = _build(CampaignSpec, _new_names(raw), "")
         _check(spec)
         _check_distributed(spec, "replicas" in raw.get("batch", {}))
         spec = _resolve_world(spec)
@@ -679,6 +709,20 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
         where = f"line {line}: " if line else ""
         raise SpecError(f"{path}: {where}{exc.key}: {exc.problem}") from None
     return LoadedSpec(spec=spec, path=path.resolve(), text=text, raw=raw)
+
+
+def _new_names(raw: dict[str, Any]) -> dict[str, Any]:
+    """The campaign's tables under today's names: `[control]` is read as `[replay]`."""
+    if OLD_REPLAY_SECTION not in raw:
+        return raw
+    if "replay" in raw:
+        raise _KeyError(OLD_REPLAY_SECTION, "the old name of [replay]: keep only [replay]")
+    old = raw[OLD_REPLAY_SECTION]
+    if not isinstance(old, dict):
+        raise _KeyError(OLD_REPLAY_SECTION, f"expected a table, got {_describe(old)}")
+    # Built under its own name so that an error in it names the key the file holds.
+    replay = _build(ReplaySpec, old, OLD_REPLAY_SECTION)
+    return {k: v for k, v in raw.items() if k != OLD_REPLAY_SECTION} | {"replay": dataclasses.asdict(replay)}
 
 
 # A campaign file is a page of TOML; anything this large is a mistake (or /dev/zero).

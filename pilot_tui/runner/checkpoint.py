@@ -99,7 +99,7 @@ def save_training_state(state: TrainState, path: Path, kind: str = "full") -> di
     seconds = time.perf_counter() - t0
     dist_state.barrier()  # the file exists for every rank after this
     written = path.stat().st_size if dist_state.is_rank0() else 0
-    return {"save_s": round(seconds, 4), "written_mb": round(written / 2**20, 4), "rank": dist_state.rank()}
+    return {"save_s": round(seconds, 6), "written_mb": round(written / 2**20, 4), "rank": dist_state.rank()}
 
 
 def write_checkpoint(payload: dict[str, Any], path: Path) -> None:

@@ -130,11 +130,9 @@ def test_plan_on_cpu_labels_the_estimate_beside_the_rss() -> None:
 
 
 def test_the_plan_carries_the_estimate_view_only_when_the_record_has_one() -> None:
-    from pilot_tui.analysis.plan import estimate_view
-
-    assert estimate_view({"phases": []}) == {}
-    view = estimate_view(_record(cuda=True))["estimate"]
-    assert view["configurations"][0]["train_ratio"] == 1.1
+    assert est.plan_view({"phases": []}) is None
+    view = est.plan_view(_record(cuda=True))
+    assert view is not None and view["configurations"][0]["train_ratio"] == 1.1
 
 
 def test_bad_estimate_input_is_one_line_and_exit_2(tmp_path, capsys, write_campaign) -> None:

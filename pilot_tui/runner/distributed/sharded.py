@@ -115,7 +115,7 @@ def save_sharded(
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     dist_state.barrier()
-    return {"save_s": round(seconds, 4), "written_mb": round(written / MIB, 4), "rank": rank}
+    return {"save_s": round(seconds, 6), "written_mb": round(written / MIB, 4), "rank": rank}
 
 
 def _written_by(name: str, rank: int) -> bool:
