@@ -199,7 +199,7 @@ def test_a_sharded_checkpoint_directory_is_archived_whole_when_every_file_matche
         (shards / name).write_bytes(name.encode() * 50)
     record.append("artifacts", artifact_entry(shards, "training_checkpoint", phase="save", variant="control"))
     record.save()
-    out = export_archive(record.path, tmp_path / "arch", with_artifacts=True)
+    out = write_archive(record.path, tmp_path / "arch", with_artifacts=True)
     manifest = tomllib.loads((out / "manifest.toml").read_text())["artifacts"]
     entry = next(m for m in manifest if m["path"] == str(shards))
     assert entry["state"] == "verified" and entry["archived_as"] == "artifacts/checkpoint-control-step5.dcp"
@@ -212,7 +212,7 @@ def test_a_sharded_checkpoint_directory_is_archived_whole_when_every_file_matche
         assert hashlib.sha256((out / "artifacts" / name).read_bytes()).hexdigest() == digest
     # Its twin with one shard changed is reported, never archived.
     (shards / "__1_0.distcp").write_bytes(b"changed")
-    out2 = export_archive(record.path, tmp_path / "arch2", with_artifacts=True)
+    out2 = write_archive(record.path, tmp_path / "arch2", with_artifacts=True)
     entry2 = next(
         m
         for m in tomllib.loads((out2 / "manifest.toml").read_text())["artifacts"]
