@@ -55,13 +55,16 @@ def rank_lines(data: dict) -> list[str]:
     """A phase run on several ranks (R22): one indented line per rank under the phase's line."""
     out = []
     for r in data.get("ranks") or []:
-        parts = [f"rank {r.get('rank', '?')}: {r.get('verdict', '?')}"]
+        node = f"node {r['node']} " if "node" in r else ""
+        parts = [f"{node}rank {r.get('rank', '?')}: {r.get('verdict', '?')}"]
         for key, label in (("peak_reserved_mb", "peak reserved"), ("peak_rss_mb", "peak RSS")):
             if isinstance(r.get(key), int | float):
                 parts.append(f"{label} {r[key]:.1f} MiB")
                 break
         if isinstance(r.get("step_time_s"), int | float):
             parts.append(f"step {r['step_time_s'] * 1e3:.1f} ms")
+        if isinstance(r.get("save_s"), int | float):
+            parts.append(f"save {r['save_s']:.3f} s, {r.get('written_mb', 0):.1f} MiB written")
         if r.get("reason"):
             parts.append(str(r["reason"]))
         out.append("      " + " · ".join(parts))
