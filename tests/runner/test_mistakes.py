@@ -369,3 +369,72 @@ def test_tensors_compare_bitwise_where_finite_and_name_a_nan_that_moved():
     assert same.ok
     moved = compare(steps, steps, {"model/w": a} | draws, {"model/w": a.flip(0)} | draws, 0.5, 0.5, 0.0)
     assert not moved.ok and "max |Δ| 0 " not in moved.reason() and "w differs" in moved.reason()
+
+
+# ------------------------------------------------------------------------------------------ the objective
+
+
+@pytest.mark.parametrize("microbatch, accumulation", [(4, 2), (1, 4)])
+def test_a_loss_averaged_per_microbatch_fails_the_accumulation_check(tmp_path, microbatch, accumulation):
+    sections = {"batch": {"microbatch": microbatch, "accumulation": accumulation}}
+    bad = pilot(tmp_path, "lm_own_loss", "first_step", {"loss": "mean"}, **sections)
+    c = bad["details"]["accumulation_check"]
+    assert bad["verdict"] == "fail" and c["ran"] and not c["ok"] and c["lengths_vary"]
+    # Both numbers in the reason, read from the two groupings the row keeps.
+    assert f"{c['loss_wide']:.6g} vs {c['loss_narrow']:.6g}" in bad["reason"]
+    assert "normalised per microbatch" in bad["reason"]
+    wide_m = microbatch if microbatch > 1 else 2
+    assert c["wide"] == [wide_m, microbatch * accumulation // wide_m] and c["narrow"] == [
+        1,
+        microbatch * accumulation,
+    ]
+    good = pilot(tmp_path, "lm_own_loss", "first_step", {"loss": "sum"}, **sections)
+    g = good["details"]["accumulation_check"]
+    assert good["verdict"] == "pass", good["reason"]
+    assert g["ok"] and g["lengths_vary"] and g["loss_rel_diff"] <= g["tolerance"]
+    assert good["details"]["reference_loss"]["ok"], good["details"]["reference_loss"]
+
+
+def test_the_first_update_is_the_same_whether_the_checks_ran_or_not(tmp_path):
+    """The checks run from the state before the first update and leave it and the RNG as found:
+    the update's loss and weights equal those of a plain `train_update` from the same seed."""
+    from pilot_tui.runner.training import train_update
+
+    ctx = context(tmp_path / "with", "lm_own_loss", {"loss": "sum"})
+    row = run(ctx, "first_step")
+    plain = context(tmp_path / "plain", "lm_own_loss", {"loss": "sum"})
+    state = plain.state("control", plain.config("control"))
+    stats = train_update(state, plain.task, plain.device, plain.spec.optim.grad_clip)
+    assert row["details"]["loss"] == float(stats.loss)
+    after = dict(ctx.states["control"].model.named_parameters())
+    for name, p in state.model.named_parameters():
+        assert torch.equal(p, after[name]), name
+
+
+@pytest.mark.parametrize("mistake", ["mean", "smoothing_over_ignored", "unshifted"])
+def test_a_task_loss_that_is_not_the_masked_cross_entropy_warns_with_both_values(tmp_path, mistake):
+    # Accumulation 1, microbatch 4: a per-microbatch mean and a term over padded positions still
+    # fail the regrouping (the reference loss is then read from the details); a loss scored
+    # without the shift does not depend on the grouping and only warns.
+    row = pilot(tmp_path, "lm_own_loss", "first_step", {"loss": mistake})
+    r = row["details"]["reference_loss"]
+    assert r["ran"] and not r["ok"]
+    assert f"{r['own']:.6g} per supervised target" in r["message"]
+    assert f"gives {r['reference']:.6g} (ratio {r['ratio']:.4g}" in r["message"]
+    if mistake == "mean":
+        assert r["ratio"] == pytest.approx(1 / r["targets"], rel=1e-4)
+    if mistake == "unshifted":
+        assert row["verdict"] == "warn" and r["message"] in row["reason"]
+        assert row["details"]["accumulation_check"]["ok"]
+    else:
+        assert row["verdict"] == "fail" and not row["details"]["accumulation_check"]["ok"]
+
+
+def test_a_bos_written_twice_warns_and_a_doubled_first_letter_does_not(tmp_path):
+    bad = pilot(tmp_path, "lm_double_bos", "inspect", {"bos_twice": True})
+    c = check(bad, "bos_tokens")
+    assert bad["verdict"] == "warn" and c["verdict"] == "warn", bad["reason"]
+    assert c["count"] == 40 and "start with '<s>' (id 1) twice" in c["message"]
+    good = pilot(tmp_path, "lm_double_bos", "inspect", {"bos_twice": False})
+    assert good["verdict"] == "pass", good["reason"]
+    assert check(good, "bos_tokens")["verdict"] == "pass"

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .. import finiteness
+from .. import finiteness, objective_gate
 from ..context import RunContext
 from ..probes import synchronize
 from ..training import TrainState, UpdateStats, train_update
@@ -113,7 +113,13 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     if state.step != 0:  # the first step must be a real first step: fresh optimizer state
         ctx.states.pop(variant)
         state = ctx.state(variant, ctx.config(variant, run.overrides))
-    stats = _update(ctx, run, state)
+    micro = state.sampler.next_update()
+    # From the state before the update: the same examples regrouped, and the task's own loss.
+    checks = {
+        "accumulation_check": objective_gate.accumulation(state, ctx.task, micro, ctx.device),
+        "reference_loss": objective_gate.reference(state, ctx.task, micro, ctx.device),
+    }
+    stats = _update(ctx, run, state, micro)
     # fp16: an overflow at the initial scale makes GradScaler skip the optimizer step and back off.
     # That is its design, not a fault, but then no optimizer state exists yet: repeat until a real
     # step is taken, so this phase measures what a first step allocates (R5, R11).
@@ -150,10 +156,18 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure(
             "the first update has no supervised target: the loss reads 0 while it means nothing", details
         )
+    details |= {name: objective_gate.public(c) for name, c in checks.items()}
+    accumulated = checks["accumulation_check"]
+    if accumulated["ran"] and not accumulated["_result"].ok:
+        raise PhaseFailure(accumulated["message"], details)
     found = gradless(state.model)
     details |= found
-    if found["gradless_parameters"]:
-        return Outcome(WARN, _gradless_reason(found), details)
+    warnings = [_gradless_reason(found)] if found["gradless_parameters"] else []
+    ref = checks["reference_loss"]
+    if ref["ran"] and not ref["_result"].ok:
+        warnings.append(ref["message"])
+    if warnings:
+        return Outcome(WARN, "; ".join(warnings), details)
     return Outcome(details=details)
 
 
