@@ -164,6 +164,22 @@ def test_a_template_whose_assistant_turns_cannot_be_located_fails_inspect(hf, tm
     assert row["verdict"] == "fail" and "cannot be located" in row["reason"]
 
 
+def test_an_eos_that_is_not_the_end_of_turn_token_warns_at_inspect(hf, tmp_path):
+    out = tmp_path / "eos-only" / "campaign.toml"
+    out.parent.mkdir()
+    assert init(hf.eos_only, hf.chat, out) == 0
+    row = _inspect(out, out.parent)
+    (c,) = [c for c in row["details"]["checks"] if c["name"] == "eos_tokens"]
+    assert row["verdict"] == "warn" and c["verdict"] == "warn", row["reason"]
+    assert "generation_config eos_token_id [2] does not include '<|end|>' (id 6)" in c["message"]
+    twin = tmp_path / "both" / "campaign.toml"
+    twin.parent.mkdir()
+    assert init(hf.tied_plain, hf.chat, twin) == 0
+    good = _inspect(twin, twin.parent)
+    (g,) = [c for c in good["details"]["checks"] if c["name"] == "eos_tokens"]
+    assert good["verdict"] == "pass" and g["verdict"] == "pass", good["reason"]
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [

@@ -438,3 +438,42 @@ def test_a_bos_written_twice_warns_and_a_doubled_first_letter_does_not(tmp_path)
     good = pilot(tmp_path, "lm_double_bos", "inspect", {"bos_twice": False})
     assert good["verdict"] == "pass", good["reason"]
     assert check(good, "bos_tokens")["verdict"] == "pass"
+
+
+# ------------------------------------------------------------------------------------------ serving
+
+
+def _served(tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    ctx = context(
+        tmp_path / f"served-{sorted(options.items())}",
+        "lm_serving",
+        options,
+        control={"inputs": ["ab", "abcdef", "cab", "hgfedc"]},
+    )
+    assert run(ctx, "export")["verdict"] == "pass"
+    return run(ctx, "final")
+
+
+def test_positions_not_read_from_the_mask_make_batched_replies_differ(tmp_path):
+    bad = _served(tmp_path, {"positions": "absolute"})
+    s = bad["details"]["serving"]
+    assert bad["verdict"] == "warn" and s["ran"] and s["differing"], bad["reason"]
+    # The bitwise reload comparison still holds: the difference is batching, not the artifact.
+    assert all(c["same"] for c in bad["details"]["controls"])
+    i = s["differing"][0]
+    assert f"{s['single'][i]} alone vs {s['batched'][i]} in a batch" in bad["reason"]
+    good = _served(tmp_path, {"positions": "mask"})
+    assert good["verdict"] == "pass", good["reason"]
+    g = good["details"]["serving"]
+    assert g["ok"] and g["single"] == g["batched"] and not g["unstopped"]
+    assert all(r[-1] == 4 and len(r) <= 12 for r in g["single"])  # each ends at <eot>
+
+
+def test_a_stop_token_the_model_never_ends_with_warns_that_replies_run_on(tmp_path):
+    bad = _served(tmp_path, {"stop": "eos"})
+    s = bad["details"]["serving"]
+    assert bad["verdict"] == "warn" and len(s["unstopped"]) == 4
+    assert (
+        "4 of 4 replies did not stop within max_new_tokens 12 at an end token (stop_ids [3])" in bad["reason"]
+    )
+    assert all(len(r) == 12 for r in s["single"])

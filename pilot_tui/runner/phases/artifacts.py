@@ -12,7 +12,8 @@ from ..context import RunContext
 from ..control import replay_controls
 from ..control_store import save_controls
 from ..distributed import state as dist_state
-from .base import Outcome, PhaseFailure, PhaseRun, phase
+from ..serving_check import config_warnings
+from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
@@ -103,12 +104,16 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
         controls_path, "control_outputs", phase="export", variant=variant, step=state.step, of=entry["sha256"]
     )
     _record_artifact(ctx, controls_entry)
-    return Outcome(
-        details={
-            "artifact": entry,
-            "controls_file": controls_entry,
-            "tensors": len(tensors),
-            "size_mb": round(entry["size"] / 2**20, 3),
-            "control_outputs": [{"input": c.input, "output": c.output} for c in controls],
-        }
-    )
+    # The config as it would be saved beside these weights: what serving reads from it.
+    served = config_warnings(ctx.task, state.model)
+    details = {
+        "artifact": entry,
+        "controls_file": controls_entry,
+        "tensors": len(tensors),
+        "size_mb": round(entry["size"] / 2**20, 3),
+        "control_outputs": [{"input": c.input, "output": c.output} for c in controls],
+        "serving_config": served,
+    }
+    if served:
+        return Outcome(WARN, "; ".join(served), details)
+    return Outcome(details=details)

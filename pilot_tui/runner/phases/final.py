@@ -18,6 +18,7 @@ from ..control_store import load_controls
 from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
 from ..probes import release_cache
 from ..safe_load import UnsafeLoadError
+from ..serving_check import generation_warnings
 from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
 
 
@@ -150,6 +151,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         "comparison": "bitwise" if exact else f"logits within {tol:g}",
         "controls": controls,
         "fresh_process_s": round(seconds, 3),
+        "serving": result.get("serving", {}),
     }
     bad = next((c for c in controls if not c["same"]), None)
     if bad is not None:
@@ -161,6 +163,9 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
             details,
         )
     errors = [c for c in controls if c["error"]]
+    served = generation_warnings(details["serving"], list(ctx.spec.control.inputs))
+    if served and controls and not errors:
+        return Outcome(WARN, "; ".join(served), details)
     if not controls:
         return Outcome(
             WARN,
