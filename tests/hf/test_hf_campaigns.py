@@ -78,9 +78,17 @@ def test_init_then_run_passes_every_phase_with_tied_embeddings(hf, tmp_path, cap
     proc = run_headless(shrink(out), tmp_path / "records")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = rows_of(tmp_path / "records")
+    # A model piloted for a few updates has not learnt to stop: final says so, and nothing else.
+    final = rows.pop("final")
+    served = final["details"]["serving"]
+    assert served["ok"] and served["single"] == served["batched"]  # batched replies equal single ones
+    assert final["verdict"] == "pass" or final["reason"].startswith(
+        f"{len(served['unstopped'])} of 3 replies did not stop within max_new_tokens 64"
+    ), final["reason"]
     assert all(r["verdict"] == "pass" for r in rows.values()), {
         k: r["reason"] for k, r in rows.items() if r["verdict"] != "pass"
     }
+    rows["final"] = final
     assert {"resume", "final", "steady@ckpt", "export"} <= set(rows)
     assert rows["resume"]["details"]["comparison"] == "bitwise"
     assert rows["stack"]["details"]["task_probe"]["ok"]

@@ -21,7 +21,7 @@ import torch
 
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
-from .. import finiteness
+from .. import finiteness, resume_edges
 from ..checkpoint import training_state, write_checkpoint
 from ..context import RunContext
 from ..determinism import deterministic
@@ -32,13 +32,17 @@ from ..resume_check import NONDETERMINISTIC_RTOL, compare, final_tensors, next_d
 from ..safe_load import UnsafeLoadError
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
-BREAKS = ("scheduler", "data")
+BREAKS = ("scheduler", "data", "epoch")
+# An epoch at most this many updates long gets its own resume at the boundary (resume_edges).
+EPOCH_EDGE_MAX_UPDATES = 64
 # Only the first rows of the per-update table go into the record; the checks cover all of them.
 TABLE_ROWS = 64
 
 
 def _break(payload: dict[str, Any], how: str) -> None:
     """Spoil a copy of the checkpoint the way real resumes go wrong (test hook)."""
+    if how == "epoch":
+        return  # spoils the epoch-boundary edge only (resume_edges.skip_next_epoch)
     if how == "scheduler":
         sched = dict(payload["scheduler"])
         sched["last_epoch"], sched["_step_count"] = 0, 1  # the schedule starts over
@@ -257,8 +261,25 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     }
     if not cmp.ok:
         raise PhaseFailure(cmp.reason(), details)
+    edges = resume_edges.edge_cases(
+        ctx.new_state,
+        ctx.task,
+        config,
+        ctx.device,
+        grad_clip,
+        k,
+        n,
+        ctx.spec.batch.num_workers if dist_state.world() == 1 else 0,
+        per_epoch,
+        EPOCH_EDGE_MAX_UPDATES,
+        resume_edges.skip_next_epoch if breaking == "epoch" else None,
+    )
+    details["edges"] = edges
+    broken = next((e for e in edges if not e["ok"]), None)
+    if broken is not None:
+        raise PhaseFailure(resume_edges.reason(broken), details)
     notes = []
-    if len(epochs) < 2:
+    if len(epochs) < 2 and not any(e["case"] == "epoch_boundary" for e in edges):
         notes.append(
             f"k + n = {k + n} stays inside one epoch of {per_epoch} updates: the epoch boundary is not "
             "covered (choose k just below a multiple of updates_per_epoch)"
