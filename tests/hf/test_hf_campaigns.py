@@ -188,6 +188,15 @@ def test_an_eos_that_is_not_the_end_of_turn_token_warns_at_inspect(hf, tmp_path)
     assert good["verdict"] == "pass" and g["verdict"] == "pass", good["reason"]
 
 
+def test_a_jsonl_file_with_a_byte_order_mark_reads_like_its_twin(hf, tmp_path):
+    from pilot_tui.tasks.hf_data import read_jsonl
+
+    marked = tmp_path / "bom.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + hf.chat.read_bytes())  # as Windows tools save UTF-8
+    assert read_jsonl(marked) == read_jsonl(hf.chat)
+    assert init(hf.tied_plain, marked, tmp_path / "c.toml") == 0
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [

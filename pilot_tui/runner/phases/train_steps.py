@@ -11,8 +11,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ...analysis import rank_data
 from .. import finiteness, objective_gate
 from ..context import RunContext
+from ..distributed import state as dist_state
 from ..probes import synchronize
 from ..training import TrainState, UpdateStats, train_update
 from .base import WARN, Outcome, PhaseFailure, PhaseRun, finite, phase
@@ -106,6 +108,19 @@ def load_details(before: float | None, after: float | None) -> dict[str, float |
 MAX_SCALER_SKIPS = 32
 
 
+def _same_split_on_every_rank(ctx: RunContext) -> None:
+    """Under torchrun every rank builds its task and its split on its own: they must agree."""
+    if dist_state.world() < 2:
+        return
+    ids = [str(ex.get("id", i)) for i, ex in enumerate(ctx.task.examples)]
+    mine = rank_data.split_digest(ctx.splits, ids)
+    digests: list[str] = [""] * dist_state.world()
+    torch.distributed.all_gather_object(digests, mine)
+    problem = rank_data.split_mismatch(digests)
+    if problem:
+        raise PhaseFailure(problem, {"split_digests": digests})
+
+
 @phase("first_step")
 def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
@@ -113,6 +128,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     if state.step != 0:  # the first step must be a real first step: fresh optimizer state
         ctx.states.pop(variant)
         state = ctx.state(variant, ctx.config(variant, run.overrides))
+    _same_split_on_every_rank(ctx)
     micro = state.sampler.next_update()
     # From the state before the update: the same examples regrouped, and the task's own loss.
     checks = {
