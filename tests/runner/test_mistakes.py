@@ -518,3 +518,25 @@ def test_a_resume_at_the_end_of_an_epoch_that_skips_the_next_is_named(tmp_path):
     assert bad["reason"].startswith(
         f"resume breaks at the epoch boundary: the batch fed at update {edge['k'] + 1}"
     )
+
+
+def test_use_cache_false_left_in_the_config_warns_at_export(tmp_path):
+    pytest.importorskip("transformers")
+    bad = pilot(tmp_path, "hf_use_cache", "export", {"use_cache_off": True})
+    assert bad["verdict"] == "warn" and bad["reason"].startswith("config use_cache = false"), bad["reason"]
+    assert bad["details"]["serving_config"] == [bad["reason"]]
+    good = pilot(tmp_path, "hf_use_cache", "export", {"use_cache_off": False})
+    assert good["verdict"] == "pass" and good["details"]["serving_config"] == [], good["reason"]
+
+
+def test_a_resume_mismatch_is_named_by_its_edge():
+    """`classify` as another loop (a trainer adapter) calls it with its own figures."""
+    from pilot_tui.runner.resume_edges import EPOCH_BOUNDARY, FIRST_WINDOW, WORKERS, classify
+
+    # Resumed at update 6 of epochs of 10 updates: only update 7 differs, later ones agree.
+    assert classify(7, 6, 10, 0, data_differs=True, later_match=True) == FIRST_WINDOW
+    assert classify(7, 6, 10, 0, data_differs=False, later_match=False) == "update 7"
+    assert classify(11, 10, 10, 0, data_differs=True, later_match=False) == EPOCH_BOUNDARY
+    assert classify(7, 6, 10, 2, data_differs=True, later_match=True) == WORKERS
+    # A difference later than the first window is no edge: the update is named.
+    assert classify(9, 6, 10, 0, data_differs=False, later_match=True) == "update 9"
