@@ -540,3 +540,14 @@ def test_a_resume_mismatch_is_named_by_its_edge():
     assert classify(7, 6, 10, 2, data_differs=True, later_match=True) == WORKERS
     # A difference later than the first window is no edge: the update is named.
     assert classify(9, 6, 10, 0, data_differs=False, later_match=True) == "update 9"
+
+
+def test_a_dataset_too_small_for_its_splits_fails_with_the_size_of_each(tmp_path):
+    ctx = context(tmp_path / "tiny", "split_too_small", {"rows": 12})
+    row = run(ctx, "split")
+    c = check(row, "sizes")
+    sizes = {name: len(ctx.splits[name]) for name in ("train", "validation", "test")}
+    assert sizes["validation"] == 1 and row["verdict"] == "fail" and c["verdict"] == "fail"
+    assert f"(train {sizes['train']}, validation 1, test {sizes['test']} examples)" in c["message"]
+    good = run(context(tmp_path / "enough", "split_too_small", {"rows": 40}), "split")
+    assert good["verdict"] == "pass", good["reason"]
