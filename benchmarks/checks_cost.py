@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -143,6 +144,27 @@ def first_step_checks(task: Task, microbatch: int = 4, accumulation: int = 4) ->
     }
 
 
+def hf_task() -> Task | None:
+    """The tiny Llama of the HF tests (tests/hf/build.py: 2 layers, hidden 32, a BPE tokenizer
+    trained on the chat rows), on its 48 chats: the check on a transformers model."""
+    try:
+        import tempfile
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hf"))
+        import build  # type: ignore[import-not-found]
+
+        from pilot_tui.tasks import hf_causal_lm
+    except ImportError:
+        return None
+    root = Path(tempfile.mkdtemp(prefix="checks-cost-hf-"))
+    rows = build.chat_rows()
+    data = build.write_jsonl(root / "chat.jsonl", rows)
+    model = build.causal_lm(
+        root / "llama", build.chat_texts(rows), tied=True, template=build.PLAIN_TEMPLATE, pad="</s>"
+    )
+    return hf_causal_lm.make_task(str(model), str(data))
+
+
 def _ce_sum(task: Task):
     """The demo's cross-entropy written as a task loss, so the reference check has one to compare."""
 
@@ -192,10 +214,14 @@ def main() -> int:
         for name, seconds in per_model(task).items():
             print(f"{kind}: {name:<45} {1000 * seconds:8.2f} ms")
     print()
-    costs = first_step_checks(demo_lm)
-    update = costs["one update (m 4 x a 4, AdamW step)"]
-    for name, seconds in costs.items():
-        print(f"causal LM: {name:<45} {1000 * seconds:8.2f} ms  {seconds / update:5.2f} x one update")
+    for kind, task in (("causal LM", demo_lm), ("HF tiny Llama", hf_task())):
+        if task is None:
+            print(f"{kind}: transformers is not installed")
+            continue
+        costs = first_step_checks(task)
+        update = costs["one update (m 4 x a 4, AdamW step)"]
+        for name, seconds in costs.items():
+            print(f"{kind}: {name:<45} {1000 * seconds:8.2f} ms  {seconds / update:5.2f} x one update")
     return 0
 
 
