@@ -353,6 +353,31 @@ def test_headless_shows_the_phase_and_a_heartbeat_while_build_model_is_slow(tmp_
     assert quiet.getvalue() == ""
 
 
+def test_headless_shows_a_heartbeat_while_the_task_opens_and_nothing_when_it_is_quick(tmp_path):
+    from pilot_tui.commands.headless import run_headless
+    from pilot_tui.core import phase_table
+    from pilot_tui.session.driver import Session
+
+    def opened(folder: Path, open_s: float, period: float = 0.6) -> str:
+        path = campaign(folder, "slow_build", {"open_s": open_s})
+        raw = tomllib.loads(path.read_text())
+        raw["phases"]["skip"] = [name for name in phase_table.names() if name != "split"]
+        path.write_text(tomli_w.dumps(raw))
+        out = io.StringIO()
+        run_headless(Session(path, folder / "records"), out=out, err=io.StringIO(), heartbeat_s=period)
+        return out.getvalue()
+
+    slow = opened(tmp_path / "slow", 2.0)
+    beats = [
+        int(s) for s in re.findall(r"… opening the campaign: the runner builds the task \((\d+) s\)", slow)
+    ]
+    assert len(beats) >= 2 and beats == sorted(beats) and beats[-1] >= 2, slow
+    assert slow.index("opening the campaign") < slow.index("pilot-tui · campaign")  # before the header
+    # The twin: an open shorter than the period (15 s when not on a terminal) prints no beat.
+    quick = opened(tmp_path / "quick", 0.0, period=15.0)
+    assert "opening the campaign" not in quick and "split" in quick
+
+
 def test_tensors_compare_bitwise_where_finite_and_name_a_nan_that_moved():
     from pilot_tui.runner.finiteness import finite_equal, non_finite
     from pilot_tui.runner.resume_check import compare
