@@ -15,7 +15,7 @@ from ...analysis import rank_data
 from .. import finiteness, objective_gate
 from ..context import RunContext
 from ..distributed import state as dist_state
-from ..probes import synchronize
+from ..probes import forget_peaks, synchronize
 from ..training import TrainState, UpdateStats, train_update
 from .base import WARN, Outcome, PhaseFailure, PhaseRun, finite, phase
 from .load import tensor_mb
@@ -135,6 +135,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         "accumulation_check": objective_gate.accumulation(state, ctx.task, micro, ctx.device),
         "reference_loss": objective_gate.reference(state, ctx.task, micro, ctx.device),
     }
+    forget_peaks(ctx.device)  # the row's memory is the update's, not the checks'
     stats = _update(ctx, run, state, micro)
     # fp16: an overflow at the initial scale makes GradScaler skip the optimizer step and back off.
     # That is its design, not a fault, but then no optimizer state exists yet: repeat until a real
