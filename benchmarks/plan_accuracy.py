@@ -1,9 +1,9 @@
-"""How well does the plan's estimator predict a real run? (R19 acceptance)
+"""How well does the plan's time projection predict a real run? (R19 acceptance)
 
 For each round, in fresh runner processes (as a rental run would start):
 
 1. *pilot*: the demo's stack, load, first_step and steady phases (the demo's `steady_updates`),
-   then the plan computed from that record: its training estimate for the demo's declared budget
+   then the plan computed from that record: its training projection for the demo's declared budget
    of 200 updates is `load + first update + 199 × steady mean step time`;
 2. *actual*: the same configuration trains 200 updates for real — load, first_step, then the
    steady loop for the 199 remaining updates — and its measured durations are summed.

@@ -14,7 +14,7 @@ dashboard's runner (both apps share the machine with that training, key by key, 
 
 Printed: start-up to the first full frame (both apps), time until "runner ready" is shown,
 p50/p95/max per series, pilot p95 / control p95, and the longest wait for any key while training.
-Targets (issue 18): p95 < 100 ms while training, pilot/control p95 ≤ 1.5, start-up < 1 s, no wait
+Targets: p95 < 100 ms while training, pilot/control p95 ≤ 1.5, start-up < 1 s, no wait
 > 200 ms while the runner trains.
 """
 

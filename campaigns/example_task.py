@@ -125,8 +125,8 @@ class CharGRU(nn.Module):
         return self.head(hidden)
 
 
-def encode_control(text: str) -> Example:
-    """A control input is a prompt such as `12+30=`; replayed before save and after reload."""
+def encode_replay(text: str) -> Example:
+    """A replay input is a prompt such as `12+30=`; replayed before save and after reload."""
     a, _, b = text.rstrip("=").partition("+")
     return {
         "id": f"control:{text}",
@@ -147,7 +147,7 @@ def make_task(n_sheets: int = 60, per_sheet: int = 4, seed: int = 0, d_model: in
         collate=collate,
         group_key="sheet",
         decode_token=decode_token,
-        encode_control=encode_control,
+        encode_replay=encode_replay,
         default_max_length=12,  # <bos> + "99+99=" + "198" + <eos> = 11 tokens at most
         ignore_index=IGNORE,
         pad_id=PAD,

@@ -1,4 +1,4 @@
-"""`pilot-tui export RECORD`: everything needed to re-read and reproduce a pilot (R16, R20).
+"""`pilot-tui archive RECORD`: everything needed to re-read and reproduce a pilot (R16, R20).
 
 Pure (no torch). The archive is a folder, or a `.tar.gz` when `--out` ends with it:
 
@@ -266,7 +266,7 @@ def _fill(folder: Path, record: Record, with_artifacts: bool) -> None:
     (folder / "INSTRUCTIONS.md").write_text(text, encoding="utf-8")
 
 
-def export_archive(
+def write_archive(
     record_path: str | Path, out: str | Path | None = None, *, with_artifacts: bool = False
 ) -> Path:
     """Write the archive of a record; return its path. RecordError (exit 2) on bad input."""

@@ -18,7 +18,10 @@ from ..session.driver import BadInputError, Session
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
 EXIT_CRASH = 3
-SUBCOMMANDS = ("run", "open", "continue", "export", "plan", "note", "conclude", "init", "estimate")
+SUBCOMMANDS = ("run", "open", "continue", "archive", "export", "plan", "note", "conclude", "init", "estimate")
+# `export` is the phase that writes the artifact; the command that archives a record was called
+# `export` before it was `archive`, and still answers to the old name.
+OLD_ARCHIVE_NAME = "export"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,10 +57,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on a record: run the steps it does not hold yet, into it",
     )
-    exp = sub.add_parser("export", help="archive a record: spec, metrics, artifact manifest, instructions")
-    exp.add_argument("record", type=Path)
-    exp.add_argument("--out", type=Path, help="archive folder or .tar.gz (default: beside the record)")
-    exp.add_argument("--with-artifacts", action="store_true", help="copy the artifacts too")
+    arc = sub.add_parser(
+        "archive",
+        aliases=[OLD_ARCHIVE_NAME],
+        help="archive a record: spec, metrics, artifact manifest, instructions ('export' is its old name)",
+    )
+    arc.add_argument("record", type=Path)
+    arc.add_argument("--out", type=Path, help="archive folder or .tar.gz (default: beside the record)")
+    arc.add_argument("--with-artifacts", action="store_true", help="copy the artifacts too")
     pln = sub.add_parser("plan", help="print the choice sheet and the 3/7/30-day rental plan of a record")
     pln.add_argument("record", type=Path)
     note = sub.add_parser("note", help="add an observation to a record (a phase, variant or run)")
@@ -119,10 +126,15 @@ def main(argv: list[str] | None = None) -> int:
             return run_headless(continue_session(args.record), keep_going=args.keep_going)
         if args.command == "open" and args.continue_record:
             return _open_tui(args.target, None, autorun=True, continue_record=True)
-        if args.command == "export":
-            from .archive import export_archive
+        if args.command in ("archive", OLD_ARCHIVE_NAME):
+            from .archive import write_archive
 
-            print(one_line(export_archive(args.record, args.out, with_artifacts=args.with_artifacts)))
+            if args.command == OLD_ARCHIVE_NAME:
+                print(
+                    "pilot-tui: 'export' is the old name of 'archive' (the export is a phase)",
+                    file=sys.stderr,
+                )
+            print(one_line(write_archive(args.record, args.out, with_artifacts=args.with_artifacts)))
             _warn_task_file(args.record)
             return EXIT_OK
         if args.command == "plan":

@@ -32,7 +32,7 @@ from ..tasks.hf_data import (
 # The percentile of token lengths max_length covers: a few outliers must not set the memory bill.
 LENGTH_PERCENTILE = 99
 TARGET_EFFECTIVE_BATCH = 16
-CONTROL_INPUTS = 3
+REPLAY_INPUTS = 3
 # Below this many weight bytes the model is a toy or from-scratch model: a high overfit LR.
 SMALL_MODEL_BYTES = 200 * 2**20
 
@@ -50,7 +50,7 @@ class Findings:
     rows: int
     lengths: list[int] = field(default_factory=list)
     group_field: str = ""
-    controls: list[str] = field(default_factory=list)
+    replays: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     weight_bytes: int = 0
     num_labels: int = 0
@@ -129,10 +129,10 @@ def inspect_inputs(
             enc = hf_chat.encode_chat(tok, turns, train_on)
             unlocated += bool(enc.problem)
             found.lengths.append(len(enc.ids))
-            if len(found.controls) < CONTROL_INPUTS:
+            if len(found.replays) < REPLAY_INPUTS:
                 first_user = next((t["content"] for t in turns if t["role"] == "user"), "")
-                if first_user and first_user not in found.controls:
-                    found.controls.append(first_user)
+                if first_user and first_user not in found.replays:
+                    found.replays.append(first_user)
         how = (
             "its assistant mask ({% generation %})"
             if hf_chat.has_generation_markers(tok)
@@ -160,10 +160,10 @@ def inspect_inputs(
             else:
                 enc = hf_chat.encode_text(tok, obj["text"], eos)
             found.lengths.append(len(enc.ids))
-            if len(found.controls) < CONTROL_INPUTS:
+            if len(found.replays) < REPLAY_INPUTS:
                 text = obj[key] if fmt == "prompt_completion" else " ".join(obj[key].split()[:8])
-                if text not in found.controls:
-                    found.controls.append(text)
+                if text not in found.replays:
+                    found.replays.append(text)
     found.group_field = detect_group_field(rows)
     return found
 
@@ -185,8 +185,8 @@ def _classifier_findings(model_dir, data, config, rows, tok, weight_bytes) -> Fi
         if "label" not in obj:
             raise InitError(f"{data}: line {number}: missing field 'label'")
         found.lengths.append(len(tok(obj["text"], add_special_tokens=True)["input_ids"]))
-        if len(found.controls) < CONTROL_INPUTS and obj["text"] not in found.controls:
-            found.controls.append(obj["text"])
+        if len(found.replays) < REPLAY_INPUTS and obj["text"] not in found.replays:
+            found.replays.append(obj["text"])
     if names and all(re.fullmatch(r"LABEL_\d+", n) for n in names):
         found.notes.append(
             "WARNING: the config's id2label holds default names (LABEL_0, …): name your classes in "
@@ -309,10 +309,10 @@ def render(
         "[phases]",
         "steady_updates = 10",
         "",
-        "[control]",
+        "[replay]",
         "# Taken from the data: replayed greedily (until the end-of-turn token) before the export and",
         "# after the reload in a fresh process; the outputs must match.",
-        f"inputs = {_literal(found.controls)}",
+        f"inputs = {_literal(found.replays)}",
         "",
         "[inspect]",
         "examples = 4",
@@ -375,7 +375,7 @@ def render(
         f"dataset_size = {found.rows}          # the full dataset the rental will train on",
         "epochs = 3",
         f"priority = {_literal(['control', *(['mb1'] if microbatch > 1 else []), 'ckpt'])}",
-        f"expected_result = {_literal('validation loss below the pilot' + chr(39) + 's; control replies unchanged after reload')}",
+        f"expected_result = {_literal('validation loss below the pilot' + chr(39) + 's; replayed replies unchanged after reload')}",
     ]
     return "\n".join(lines) + "\n"
 

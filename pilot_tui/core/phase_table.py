@@ -144,7 +144,7 @@ _TABLE: list[PhaseInfo] = [
     PhaseInfo(
         "final",
         "closing",
-        "reload the export and replay the control inputs",
+        "reload the export and replay the replay inputs",
         "docs/resume.md",
         plan_blocker=True,
         on_ranks=True,

@@ -92,7 +92,7 @@ class BatchSpec:
     epochs: int = 0
     device: str = "auto"
     activation_checkpointing: bool = False
-    # The steady phase feeds its batches through a torch DataLoader with these (issue 16).
+    # The steady phase feeds its batches through a torch DataLoader with these.
     num_workers: int = 0
     pin_memory: bool = False
 
@@ -154,7 +154,7 @@ class VariantSpec:
     max_length: int = 0
     precision: str = ""
     activation_checkpointing: bool | None = None
-    # ddp -> fsdp is the per-GPU memory question people pilot (issue 16).
+    # ddp -> fsdp is the per-GPU memory question people pilot.
     strategy: str = ""
 
 
@@ -205,10 +205,15 @@ class ResumeSpec:
 
 
 @dataclass(frozen=True)
-class ControlSpec:
-    """Control inputs replayed before save and after reload (R16)."""
+class ReplaySpec:
+    """`[replay] inputs`: replayed through the model before the save and after the reload (R16)."""
 
     inputs: list[str] = field(default_factory=list)
+
+
+# `[replay]` was called `[control]` (which also names the campaign's own configuration); campaigns
+# and records written with the old name still read.
+OLD_REPLAY_SECTION = "control"
 
 
 @dataclass(frozen=True)
@@ -276,7 +281,7 @@ class CampaignSpec:
     lr_board: LRBoardSpec | None = None
     fit_search: FitSearchSpec | None = None
     resume: ResumeSpec = field(default_factory=ResumeSpec)
-    control: ControlSpec = field(default_factory=ControlSpec)
+    replay: ReplaySpec = field(default_factory=ReplaySpec)
     plan: PlanSpec = field(default_factory=PlanSpec)
     estimate: EstimateSpec = field(default_factory=EstimateSpec)
     distributed: DistributedSpec = field(default_factory=DistributedSpec)
@@ -555,7 +560,7 @@ def _check(spec: CampaignSpec) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# [distributed] (issue 16): kept in one block so the world-size rule lives in one place.
+# [distributed]: kept in one block so the world-size rule lives in one place.
 
 
 def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
@@ -651,7 +656,7 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
     except RecursionError:
         raise SpecError(f"{path}: arrays or tables nested too deeply to be a campaign") from None
     try:
-        spec = _build(CampaignSpec, raw, "")
+        spec = _build(CampaignSpec, _new_names(raw), "")
         _check(spec)
         _check_distributed(spec, "replicas" in raw.get("batch", {}))
         spec = _resolve_world(spec)
@@ -660,6 +665,20 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
         where = f"line {line}: " if line else ""
         raise SpecError(f"{path}: {where}{exc.key}: {exc.problem}") from None
     return LoadedSpec(spec=spec, path=path.resolve(), text=text, raw=raw)
+
+
+def _new_names(raw: dict[str, Any]) -> dict[str, Any]:
+    """The campaign's tables under today's names: `[control]` is read as `[replay]`."""
+    if OLD_REPLAY_SECTION not in raw:
+        return raw
+    if "replay" in raw:
+        raise _KeyError(OLD_REPLAY_SECTION, "the old name of [replay]: keep only [replay]")
+    old = raw[OLD_REPLAY_SECTION]
+    if not isinstance(old, dict):
+        raise _KeyError(OLD_REPLAY_SECTION, f"expected a table, got {_describe(old)}")
+    # Built under its own name so that an error in it names the key the file holds.
+    replay = _build(ReplaySpec, old, OLD_REPLAY_SECTION)
+    return {k: v for k, v in raw.items() if k != OLD_REPLAY_SECTION} | {"replay": dataclasses.asdict(replay)}
 
 
 # A campaign file is a page of TOML; anything this large is a mistake (or /dev/zero).

@@ -43,7 +43,7 @@ class RunContext:
     work_dir: Path
     cancel: threading.Event = field(default_factory=threading.Event)
     states: dict[str, TrainState] = field(default_factory=dict)
-    # Things a phase leaves for later phases (e.g. control outputs before save).
+    # Things a phase leaves for later phases (e.g. replay outputs before save).
     memo: dict[str, Any] = field(default_factory=dict)
     # Every row this runner produced, in order, so later phases can compare with earlier ones.
     rows: list[dict[str, Any]] = field(default_factory=list)

@@ -4,14 +4,13 @@
 --sha256 H --size N --out DIR`
 
 Builds the task's model from scratch, loads the exported safetensors only after checking them
-against the sha256 the record holds, replays the campaign's control inputs and writes the outputs.
+against the sha256 the record holds, replays the campaign's replay inputs and writes the outputs.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from .control import replay_controls
 from .fresh_process import (
     add_artifact_args,
     add_context_args,
@@ -19,6 +18,7 @@ from .fresh_process import (
     run_fresh_process,
     write_result,
 )
+from .replay import replay_inputs
 from .safe_load import load_tensors
 from .serving_check import generation
 
@@ -42,15 +42,15 @@ def reload(args: argparse.Namespace) -> None:
         # strict: every exported tensor must find its place and every weight must be in the file.
         model.load_state_dict(tensors, strict=True)
     model.to(ctx.device)
-    outputs = replay_controls(ctx.task, model, ctx.spec.control.inputs, ctx.max_length, ctx.device)
+    outputs = replay_inputs(ctx.task, model, ctx.spec.replay.inputs, ctx.max_length, ctx.device)
     # As it will be served: the reloaded model, batched against one prompt at a time.
-    served = generation(ctx.task, model, list(ctx.spec.control.inputs), ctx.max_length, ctx.device)
+    served = generation(ctx.task, model, list(ctx.spec.replay.inputs), ctx.max_length, ctx.device)
     write_result(
         args.out,
         {
             "tensors_loaded": len(tensors),
             "serving": served,
-            "controls": [
+            "replays": [
                 {"input": o.input, "output": o.output, "ids": o.ids, "how": o.how, "error": o.error}
                 for o in outputs
             ],

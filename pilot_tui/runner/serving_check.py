@@ -1,7 +1,7 @@
 """How the exported model will be served, checked on the pilot's own model (R26): batched greedy
 replies equal one-at-a-time ones, every reply stops at an end token within `max_new_tokens`, and
 the config keeps no training-only setting. The comparisons are `objective_checks`'; this module
-feeds them the task's control prompts and forward."""
+feeds them the task's replay prompts and forward."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import torch
 from ..analysis import serving
 from ..tasks.contract import CAUSAL_LM, Task
 from . import objective, objective_checks
-from .control import DEFAULT_NEW_TOKENS
 from .distributed import state as dist_state
+from .replay import DEFAULT_NEW_TOKENS
 
 
 def _prompt(task: Task, text: str, max_length: int) -> list[int]:
-    assert task.encode_control is not None
-    batch = task.collate([task.encode_control(text)], max_length)
+    assert task.encode_replay is not None
+    batch = task.collate([task.encode_replay(text)], max_length)
     ids = batch["input_ids"][0]
     length = int(batch["attention_mask"][0].sum()) if "attention_mask" in batch else ids.numel()
     plen = int(batch["prompt_length"][0]) if "prompt_length" in batch else length
@@ -29,14 +29,14 @@ def _prompt(task: Task, text: str, max_length: int) -> list[int]:
 def generation(
     task: Task, model: torch.nn.Module, inputs: list[str], max_length: int, device: torch.device
 ) -> dict[str, Any]:
-    """Greedy replies to the control inputs one at a time and all in one left-padded batch (as a
+    """Greedy replies to the replay inputs one at a time and all in one left-padded batch (as a
     server batches requests, with the attention mask); which differ, which never stopped."""
-    if task.kind != CAUSAL_LM or task.encode_control is None or not inputs:
-        return {"ran": False, "note": "no causal-LM control inputs to generate from"}
+    if task.kind != CAUSAL_LM or task.encode_replay is None or not inputs:
+        return {"ran": False, "note": "no causal-LM replay inputs to generate from"}
     try:
         prompts = [_prompt(task, text, max_length) for text in inputs]
-    except Exception as exc:  # a control input the task cannot encode is reported by the replay
-        return {"ran": False, "note": f"the control inputs cannot be encoded: {exc}"}
+    except Exception as exc:  # a replay input the task cannot encode is reported by the replay
+        return {"ran": False, "note": f"the replay inputs cannot be encoded: {exc}"}
     budget = max(1, task.max_new_tokens or DEFAULT_NEW_TOKENS)
     was_training = model.training
     model.eval()
@@ -74,7 +74,7 @@ def generation_warnings(found: dict[str, Any], inputs: list[str]) -> list[str]:
         i = found["differing"][0]
         out.append(
             f"batched greedy generation (left padding, attention mask) differs from one prompt at a time "
-            f"for {len(found['differing'])} of {len(inputs)} control inputs, e.g. {inputs[i]!r}: "
+            f"for {len(found['differing'])} of {len(inputs)} replay inputs, e.g. {inputs[i]!r}: "
             f"{found['single'][i]} alone vs {found['batched'][i]} in a batch — the model does not read "
             "its positions or its mask from the attention mask, so served batches answer differently"
         )

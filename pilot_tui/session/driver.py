@@ -41,14 +41,8 @@ from ..core.spec import LoadedSpec, load_spec
 from ..core.steps import Step, campaign_steps, find_step
 from .death import death_reason, oom_kills
 from .link import Link, LinkTimeout, ProcessLink, ReplayLink
+from .settings import Settings, SettingsError
 from .watchdog import HangWatchdog
-
-CANCEL_GRACE_S = 10.0
-POLL_S = 0.5
-# A runner sends counters every half second while a step runs: this long a silence is a hang.
-SILENCE_S = float(os.environ.get("PILOT_TUI_SILENCE_S", "120"))
-# Opening a campaign imports torch and builds the task (a large model can take minutes).
-OPEN_TIMEOUT_S = float(os.environ.get("PILOT_TUI_OPEN_TIMEOUT_S", "600"))
 
 
 class BadInputError(Exception):
@@ -166,7 +160,13 @@ class Session:
         *,
         link: Link | None = None,
         record_id: str | None = None,
+        settings: Settings | None = None,
     ) -> None:
+        # Read now, not at import: the environment of the process that starts the session.
+        try:
+            self.settings = settings if settings is not None else Settings.from_env()
+        except SettingsError as exc:
+            raise BadInputError(str(exc)) from None
         self.loaded: LoadedSpec = load_spec(spec_path)  # SpecError: bad input, nothing written
         self.spec = self.loaded.spec
         self.steps: list[Step] = campaign_steps(self.spec)
@@ -188,7 +188,7 @@ class Session:
         # starts (each phase clears the flag), so it is sent again when the phase starts.
         self._cancel_asked: str | None = None
         # Kills the runner when a phase overruns its declared time_s and ignores the deadline.
-        self.hang_watchdog = HangWatchdog(self.link.kill)
+        self.hang_watchdog = HangWatchdog(self.link.kill, self.settings.hung_grace_s)
         # Told how long the runner has been opening the campaign (building the task, which can
         # take minutes): a view shows it, so the wait never looks like a hang.
         self.on_open_wait: Callable[[float], None] | None = None
@@ -205,13 +205,13 @@ class Session:
         return self.link.pid
 
     def _open_runner(self) -> RunnerReady:
-        """Start a runner and open the campaign in it, within OPEN_TIMEOUT_S; BadInputError when
+        """Start a runner and open the campaign in it, within `settings.open_timeout_s`; BadInputError when
         it refuses, fails, dies or says nothing — never a wait without end."""
         self._oom_kills_at_start = oom_kills()
         self.link.start()
         self.link.send(self._open_command())
         ready = None
-        for msg in self._until_idle(OPEN_TIMEOUT_S, "opening the campaign", self.on_open_wait):
+        for msg in self._until_idle(self.settings.open_timeout_s, "opening the campaign", self.on_open_wait):
             if isinstance(msg, BadInput):
                 self._fail_open(msg.message)
             if isinstance(msg, RunnerError):
@@ -251,15 +251,15 @@ class Session:
     ) -> Iterator[WireMessage]:
         """Every event up to the runner's next Idle, each read bounded; the whole within `deadline_s`.
         `on_wait(seconds)` is told how long it has waited at every poll (a view's heartbeat)."""
-        waited = 0.0
+        waited, poll_s = 0.0, self.settings.poll_s
         began = time.monotonic()
         while True:
             if on_wait is not None:
                 on_wait(time.monotonic() - began)
             try:
-                msg = self.link.receive(POLL_S)
+                msg = self.link.receive(poll_s)
             except LinkTimeout:
-                waited += POLL_S
+                waited += poll_s
                 if waited >= deadline_s:
                     self.link.kill()
                     self._fail_open(
@@ -337,15 +337,15 @@ class Session:
         self.link.send(RunStep(step=key, overrides=overrides))
         started: PhaseStarted | None = None
         finished = resent = hung = False
-        silent = 0.0
+        silent, poll_s = 0.0, self.settings.poll_s
         try:
             while True:
                 try:
-                    msg = self.link.receive(POLL_S)
+                    msg = self.link.receive(poll_s)
                     silent = 0.0
                 except LinkTimeout:
-                    silent += POLL_S
-                    if silent >= SILENCE_S and not hung:
+                    silent += poll_s
+                    if silent >= self.settings.silence_s and not hung:
                         # A runner that sends nothing, not even its counters, is hung: ended,
                         # its last lines are still read, then the step gets its row below.
                         hung = True
@@ -402,9 +402,11 @@ class Session:
         if self.hang_watchdog.fired:
             return f"{self.hang_watchdog.fired} (in {phase})"
         if self._killed_for_cancel:
-            return f"cancelled; the runner did not stop within {CANCEL_GRACE_S:g} s and was killed"
+            return (
+                f"cancelled; the runner did not stop within {self.settings.cancel_grace_s:g} s and was killed"
+            )
         if hung:
-            return f"the runner sent nothing for {SILENCE_S:g} s during {phase} (hung) and was killed"
+            return f"the runner sent nothing for {self.settings.silence_s:g} s during {phase} (hung) and was killed"
         return death_reason(self.link.exit_status(), phase, self._oom_kills_at_start, self._last_rss_mb)
 
     def _begin_step(self, key: str) -> None:
@@ -517,7 +519,7 @@ class Session:
 
         if self._cancel_timer:
             self._cancel_timer.cancel()
-        self._cancel_timer = threading.Timer(CANCEL_GRACE_S, force)
+        self._cancel_timer = threading.Timer(self.settings.cancel_grace_s, force)
         self._cancel_timer.daemon = True
         self._cancel_timer.start()
 

@@ -97,7 +97,7 @@ class ProcessLink:
             bufsize=1,
             env=env,
             # Its own session, so its own scheduler autogroup on Linux: in the view's, the busy
-            # training thread took the dashboard's CPU share and keys waited (issue 18). It still
+            # training thread took the dashboard's CPU share and keys waited. It still
             # dies with the view (PR_SET_PDEATHSIG in runner/lifetime.py) and is closed by it.
             start_new_session=True,
         )

@@ -10,14 +10,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-# Time the runner gets past the deadline to stop the phase and send its row.
-HUNG_GRACE_S = 10.0
+from .settings import Settings
 
 
 class HangWatchdog:
     """Arm at a phase's start with its `time_s`; `kill` runs if it is still armed after it + grace."""
 
-    def __init__(self, kill: Callable[[], None], grace_s: float = HUNG_GRACE_S) -> None:
+    def __init__(self, kill: Callable[[], None], grace_s: float = Settings.hung_grace_s) -> None:
         self._kill = kill
         self.grace_s = grace_s
         self._timer: threading.Timer | None = None

@@ -38,11 +38,12 @@ class Task:
       `model(features)` for classification.
     - `loss(logits, batch)`: (sum of per-target losses, number of supervised targets); the runner
       divides by the supervised count of the whole update (R9). Default: cross-entropy.
-    - `encode_control(text)`: turns one declared control input into an example (R16).
+    - `encode_replay(text)`: turns one `[replay]` input into an example (R16); a task file
+      written before it was renamed may still pass it as `encode_control`.
     - `label_meaning(example)`: what the example's label *means* by construction (e.g. the
       generator's class name), so a shuffled class mapping is caught (R2).
     - `set_activation_checkpointing(model, on)`: switch for the checkpointing variant (R11).
-    - `stop_ids`: token ids that end a generated reply (EOS, end of turn): the control replay
+    - `stop_ids`: token ids that end a generated reply (EOS, end of turn): the replay
       stops there, up to `max_new_tokens` (R16).
     - `data_checks()`: the task's own dataset checks (`checks.Check`), added to `inspect`'s.
     - `notes`: what the task chose for the user (e.g. which pad token), shown in the load row.
@@ -62,7 +63,7 @@ class Task:
     class_names: Sequence[str] | None = None
     forward: Callable[[torch.nn.Module, Batch], torch.Tensor] | None = None
     loss: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, torch.Tensor]] | None = None
-    encode_control: Callable[[str], Example] | None = None
+    encode_replay: Callable[[str], Example] | None = None
     label_meaning: Callable[[Example], str] | None = None
     set_activation_checkpointing: Callable[[torch.nn.Module, bool], None] | None = None
     default_max_length: int = 0
@@ -76,3 +77,9 @@ class Task:
     stack_check: Callable[[Any, str], dict[str, Any]] | None = None
     export_state: Callable[[torch.nn.Module], Mapping[str, torch.Tensor]] | None = None
     load_export: Callable[[torch.nn.Module, Mapping[str, torch.Tensor]], None] | None = None
+    # The old name of `encode_replay` (task files written before the rename still load).
+    encode_control: Callable[[str], Example] | None = None
+
+    def __post_init__(self) -> None:
+        if self.encode_replay is None and self.encode_control is not None:
+            object.__setattr__(self, "encode_replay", self.encode_control)

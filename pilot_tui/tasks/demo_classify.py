@@ -63,11 +63,11 @@ class MLP(nn.Module):
         return self.net(features)
 
 
-def encode_control(text: str) -> Example:
-    """A control input is written as comma-separated feature values."""
+def encode_replay(text: str) -> Example:
+    """A replay input is written as comma-separated feature values."""
     values = [float(v) for v in text.split(",")]
     if len(values) != N_FEATURES:
-        raise ValueError(f"a control input needs {N_FEATURES} comma-separated numbers, got {len(values)}")
+        raise ValueError(f"a replay input needs {N_FEATURES} comma-separated numbers, got {len(values)}")
     return {"id": f"control:{text}", "source": "control", "features": values, "label": 0}
 
 
@@ -98,6 +98,6 @@ def make_task(
         collate=collate,
         group_key="source",
         class_names=tuple(class_names) if class_names is not None else CLASS_NAMES,
-        encode_control=encode_control,
+        encode_replay=encode_replay,
         label_meaning=lambda ex: str(ex["label_name"]),
     )

@@ -141,7 +141,7 @@ def make_collate(mask_prompt: bool = True, mask_all: bool = False, label_padding
     return collate
 
 
-def encode_control(text: str) -> Example:
+def encode_replay(text: str) -> Example:
     op, _, word = text.partition(":")
     response = OPS[op](word) if op in OPS else ""
     return {"id": f"control:{text}", "conversation": "control", "prompt": text, "response": response}
@@ -205,7 +205,7 @@ def make_task(
         collate=collate,
         group_key="conversation",
         decode_token=decode_token,
-        encode_control=encode_control,
+        encode_replay=encode_replay,
         set_activation_checkpointing=set_checkpointing,
         default_max_length=2 * max_word + 8,
         ignore_index=IGNORE,

@@ -42,12 +42,12 @@ def _encode_all(tok: Any, examples: Sequence[Example], fmt: str, train_on: str) 
     return out
 
 
-def make_collate(encoded: Mapping[int, hf_chat.Encoded], pad_id: int, encode_control):
+def make_collate(encoded: Mapping[int, hf_chat.Encoded], pad_id: int, encode_replay):
     """Right padding; padding gets the ignore index by position (never by token id, so a pad
     token that is also the EOS leaves the real EOS supervised)."""
 
     def collate(examples: Sequence[Example], max_length: int) -> dict[str, torch.Tensor]:
-        rows = [encoded[ex["line"]] if "line" in ex else encode_control(ex) for ex in examples]
+        rows = [encoded[ex["line"]] if "line" in ex else encode_replay(ex) for ex in examples]
         raw = [len(r.ids) for r in rows]
         cut = [(r.ids[:max_length], r.labels[:max_length]) if max_length else (r.ids, r.labels) for r in rows]
         width = max(1, max(len(ids) for ids, _ in cut))
@@ -156,7 +156,7 @@ def make_task(
     encoded = {ex["line"]: e for ex, e in zip(examples, encodings, strict=True)}
     stops = sorted({tok.eos_token_id, *(t for e in encodings for t in e.end_tokens)} - {None})
 
-    def encode_control(example: Example) -> hf_chat.Encoded:
+    def encode_replay(example: Example) -> hf_chat.Encoded:
         ids = example["prompt_ids"]
         return hf_chat.Encoded(list(ids), [hf_chat.IGNORE] * len(ids), len(ids))
 
@@ -185,11 +185,11 @@ def make_task(
         kind=CAUSAL_LM,
         examples=examples,
         build_model=build,
-        collate=make_collate(encoded, int(tok.pad_token_id), encode_control),
+        collate=make_collate(encoded, int(tok.pad_token_id), encode_replay),
         group_key="group",
         decode_token=decode,
         forward=forward,
-        encode_control=control,
+        encode_replay=control,
         set_activation_checkpointing=hf_model.set_checkpointing,
         default_max_length=max(len(e.ids) for e in encodings),
         ignore_index=hf_chat.IGNORE,

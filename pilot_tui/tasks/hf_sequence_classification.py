@@ -133,7 +133,7 @@ def make_task(
         ),
         class_names=tuple(names),
         forward=forward,
-        encode_control=lambda text: {"id": f"control:{text}", "group": "control", "text": text, "label": 0},
+        encode_replay=lambda text: {"id": f"control:{text}", "group": "control", "text": text, "label": 0},
         label_meaning=(lambda ex: str(ex.get("meaning", ""))) if meanings else None,
         set_activation_checkpointing=hf_model.set_checkpointing,
         default_max_length=max(len(ids_of(ex["text"])) for ex in examples),

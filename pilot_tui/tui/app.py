@@ -48,7 +48,7 @@ from .messages import (
     PhaseFinishedMsg,
     PhaseProgressMsg,
     PhaseStartedMsg,
-    RecordExported,
+    RecordSaved,
     RecordUpdateMsg,
     RunnerErrorMsg,
     RunnerIdle,
@@ -74,7 +74,8 @@ LIVE_S = 0.5  # live figures (progress, counters, curves) redraw at most twice a
 NVML_PERIOD_S = 0.5
 CPU_PERIOD_S = 1.0
 HISTORY = 60  # sparkline samples (~30 s at 2 Hz)
-JOIN_TIMEOUT_S = 15.0  # longer than the session's cancel grace: the runner is killed before this
+# Past the session's cancel grace (the runner is killed then): the join waits that long and this more.
+JOIN_MARGIN_S = 5.0
 RUN_ACTIONS = ("next_step", "run_all", "variant", "cancel_phase", "rerun")
 
 
@@ -100,7 +101,7 @@ class PilotApp(App[int]):
         Binding("a", "run_all", "all"),
         Binding("v", "variant", "variant"),
         Binding("c", "cancel_phase", "cancel"),
-        Binding("e", "export", "export"),
+        Binding("e", "save_record", "save record"),
         Binding("o", "note", "note", show=False),
         Binding("C", "conclude", "conclude", show=False),
         Binding("1", "show_pane('gates')", "gates", show=False),
@@ -122,7 +123,7 @@ class PilotApp(App[int]):
         ("c", "cancel the running phase (and the queued ones); n runs it again"),
         ("r", "re-run the selected step under its own key (a new row)"),
         ("d", "details: the selected step's (Gates), the whole plan (Plan)"),
-        ("e", "export: write the record, show its path"),
+        ("e", "save record: write the record, show its path"),
         ("o", "add an observation on the selected row"),
         ("C", "write the campaign's conclusion and decision"),
         ("1 … 5", "Gates · Batch · Counters · Board · Plan"),
@@ -363,7 +364,8 @@ class PilotApp(App[int]):
         if runner is None:
             return
         runner.stop()
-        if not runner.done.wait(JOIN_TIMEOUT_S) and self.source is not None:
+        grace_s = self.source.settings.cancel_grace_s if self.source is not None else 0.0
+        if not runner.done.wait(grace_s + JOIN_MARGIN_S) and self.source is not None:
             self.source.close(timeout=1.0)  # last resort: kills the runner
 
     # ------------------------------------------------------------------ redraw (≤ 10×/s)
@@ -385,7 +387,7 @@ class PilotApp(App[int]):
             active in self.urgent or now - self.drawn_at.get(active, 0.0) >= LIVE_S
         ):
             # Progress, counters and curves change many times a second: redrawing a table or a
-            # plot that often is what made keys wait while a run trained (issue 18).
+            # plot that often is what made keys wait while a run trained.
             todo = {active}
         else:
             todo = set()
@@ -614,13 +616,13 @@ class PilotApp(App[int]):
         if campaign and all(g.finished for g in campaign) and self.runner is not None:
             self.runner.plan()  # every step ran: the choice sheet and package from the rows
 
-    @on(RecordExported)
-    def handle_exported(self, msg: RecordExported) -> None:
+    @on(RecordSaved)
+    def handle_record_saved(self, msg: RecordSaved) -> None:
         if msg.error:
-            self.notify(f"record not written: {msg.error}", title="export", severity="error", timeout=10)
+            self.notify(f"record not written: {msg.error}", title="save record", severity="error", timeout=10)
         else:
             self.record_path = msg.path
-            self.notify(f"record written: {msg.path}", title="export", timeout=8)
+            self.notify(f"record written: {msg.path}", title="save record", timeout=8)
 
     # ------------------------------------------------------------------ actions
 
@@ -720,15 +722,15 @@ class PilotApp(App[int]):
 
         self.push_screen(VariantForm(gate.phase, variant, current), chosen)
 
-    def action_export(self) -> None:
+    def action_save_record(self) -> None:
         """Write the record (it is also saved after every phase) and show its path."""
         if self.saved is not None:
-            self.notify(f"read-only record, nothing to write: {self.saved.path}", title="export")
+            self.notify(f"read-only record, nothing to write: {self.saved.path}", title="save record")
             return
         assert self.runner is not None
         if self.runner.busy:
-            self.notify("the record is written when the running step ends", title="export")
-        self.runner.export()
+            self.notify("the record is written when the running step ends", title="save record")
+        self.runner.save_record()
 
     def action_note(self) -> None:
         """An observation on the selected row (its step key once it ran), kept in `[[notes]]`."""

@@ -14,7 +14,7 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Cancel running phase", "cancel_phase", "stop the running phase (c)"),
     ("Re-run step", "rerun", "run the selected step again under its own key (r)"),
     ("Toggle details", "toggle_detail", "the selected step's details; the plan's configurations (d)"),
-    ("Export record", "export", "write the record and show its path (e)"),
+    ("Save record", "save_record", "write the record and show its path (e)"),
     ("Add note", "note", "an observation on the selected row (o)"),
     ("Conclude campaign", "conclude", "the campaign's conclusion and decision (C)"),
     ("Show Gates", "show_pane('gates')", "pane 1"),

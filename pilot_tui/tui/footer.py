@@ -2,7 +2,7 @@
 
 Textual's Footer rebuilds all its key widgets on every focus change (a pane switch moves focus two
 or three times), and each rebuild restyles ~100 nodes: measured, that was most of the dashboard's
-own cost of a pane switch while a run trained (issue 18). The dashboard's shown keys hardly ever
+own cost of a pane switch while a run trained. The dashboard's shown keys hardly ever
 change, so the rebuild is skipped when they are the same.
 """
 

@@ -117,7 +117,7 @@ class RunnerIdle(Message):
     """The runner thread has no step left to run."""
 
 
-class RecordExported(Message):
+class RecordSaved(Message):
     """`e`: the record was written to `path` (or why not)."""
 
     def __init__(self, path: Path | None, error: str = "") -> None:

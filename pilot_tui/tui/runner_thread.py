@@ -22,7 +22,8 @@ from ..core import phase_table
 from ..core.record import Record
 from ..core.rows import PhaseRow
 from ..core.steps import Step
-from .messages import CampaignStopped, RecordExported, RunnerIdle, SessionFailed, SessionReady, wrap
+from ..session.settings import Settings
+from .messages import CampaignStopped, RecordSaved, RunnerIdle, SessionFailed, SessionReady, wrap
 
 
 class Source(Protocol):
@@ -31,6 +32,7 @@ class Source(Protocol):
     steps: list[Step]
     record: Record | None
     record_id: str
+    settings: Settings
 
     def start(self) -> ev.RunnerReady: ...
     def run_step(self, key: str, overrides: dict[str, Any] | None = None) -> Iterator[ev.WireMessage]: ...
@@ -42,7 +44,7 @@ class Source(Protocol):
 class Command:
     """A queued request: run one step (with overrides), or write the record."""
 
-    kind: str  # "step" | "export" | "call"
+    kind: str  # "step" | "save" | "plan" | "call"
     key: str = ""
     overrides: dict[str, Any] = field(default_factory=dict)
     fn: Callable[[Record | None], Any] | None = None
@@ -80,10 +82,10 @@ class RunnerThread:
             self._cond.notify()
         return keys
 
-    def export(self) -> None:
+    def save_record(self) -> None:
         """Refresh the plan and write the record now if idle, or right after the running step."""
         with self._cond:
-            self._queue.appendleft(Command("export"))
+            self._queue.appendleft(Command("save"))
             self._cond.notify()
 
     def plan(self) -> None:
@@ -144,8 +146,8 @@ class RunnerThread:
             self.ready = True
             self._post(SessionReady(record.path if record else Path(), dict(ready.environment)))
             while (cmd := self._next()) is not None:
-                if cmd.kind == "export":
-                    self._export()
+                if cmd.kind == "save":
+                    self._save_record()
                     continue
                 if cmd.kind == "plan":
                     self._plan()
@@ -155,7 +157,7 @@ class RunnerThread:
                         cmd.fn(self.source.record)
                     except Exception as exc:
                         # Not a runner failure: the queued steps still run.
-                        self._post(RecordExported(None, f"{type(exc).__name__}: {exc}"))
+                        self._post(RecordSaved(None, f"{type(exc).__name__}: {exc}"))
                     continue
                 self.current = cmd.key
                 try:
@@ -198,13 +200,13 @@ class RunnerThread:
         if msg is not None:
             self._post(msg)
 
-    def _export(self) -> None:
+    def _save_record(self) -> None:
         record = self.source.record
         if record is None:
-            self._post(RecordExported(None, "no record yet: the runner has not started"))
+            self._post(RecordSaved(None, "no record yet: the runner has not started"))
             return
         try:
             self._plan()
-            self._post(RecordExported(record.save()))
+            self._post(RecordSaved(record.save()))
         except Exception as exc:
-            self._post(RecordExported(record.path, str(exc)))
+            self._post(RecordSaved(record.path, str(exc)))

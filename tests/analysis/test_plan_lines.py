@@ -1,4 +1,4 @@
-"""The plan a renter acts on (issue 18): a time range, the machine's load, the GPU size, caveats
+"""The plan a renter acts on: a time range, the machine's load, the GPU size, caveats
 first, a provisional plan for an interrupted record; and headless lines that fit 80 columns."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The plan says when fp32 steps were timed on a GPU with TF32 off (issue 13)."""
+"""The plan says when fp32 steps were timed on a GPU with TF32 off."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`pilot-tui export RECORD`: the archive of a pilot (R16), on real record files."""
+"""`pilot-tui archive RECORD`: the archive of a pilot (R16), on real record files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pilot_tui.commands.archive import ArchiveError, export_archive
+from pilot_tui.commands.archive import ArchiveError, write_archive
 from pilot_tui.commands.cli import main
 from pilot_tui.core.hashing import artifact_entry
 from pilot_tui.core.record import Record, RecordError
@@ -69,7 +69,7 @@ def record(tmp_path: Path) -> Record:
 
 
 def test_folder_archive_holds_record_spec_metrics_manifest_and_instructions(record, tmp_path):
-    out = export_archive(record.path, tmp_path / "arch")
+    out = write_archive(record.path, tmp_path / "arch")
     assert out == tmp_path / "arch"
     assert (out / "record.toml").read_bytes() == record.path.read_bytes()
     assert (out / "campaign.toml").read_text() == SPEC_TEXT
@@ -95,7 +95,7 @@ def test_folder_archive_holds_record_spec_metrics_manifest_and_instructions(reco
 def test_with_artifacts_copies_only_files_that_match_their_hash(record, tmp_path):
     tampered = Path(record.data["artifacts"][1]["path"])
     tampered.write_bytes(b"X" + tampered.read_bytes()[1:])
-    out = export_archive(record.path, tmp_path / "arch", with_artifacts=True)
+    out = write_archive(record.path, tmp_path / "arch", with_artifacts=True)
     manifest = tomllib.loads((out / "manifest.toml").read_text())["artifacts"]
     assert manifest[0]["state"] == "verified" and manifest[0]["archived_as"] == "artifacts/model.safetensors"
     assert manifest[1]["state"].startswith("changed") and "archived_as" not in manifest[1]
@@ -104,7 +104,7 @@ def test_with_artifacts_copies_only_files_that_match_their_hash(record, tmp_path
 
 
 def test_tar_gz_archive(record, tmp_path):
-    out = export_archive(record.path, tmp_path / "pilot.tar.gz", with_artifacts=True)
+    out = write_archive(record.path, tmp_path / "pilot.tar.gz", with_artifacts=True)
     with tarfile.open(out) as tar:
         names = set(tar.getnames())
     assert {"pilot/record.toml", "pilot/INSTRUCTIONS.md", "pilot/artifacts/ckpt.pt"} <= names
@@ -112,11 +112,11 @@ def test_tar_gz_archive(record, tmp_path):
 
 
 def test_default_archive_sits_beside_the_record_and_is_never_overwritten(record):
-    out = export_archive(record.path)
+    out = write_archive(record.path)
     assert out == record.path.with_name(f"{record.path.stem}-archive") and out.is_dir()
     before = sorted(p.name for p in out.iterdir())
     with pytest.raises(ArchiveError, match="already exists"):
-        export_archive(record.path)
+        write_archive(record.path)
     assert sorted(p.name for p in out.iterdir()) == before
 
 
@@ -125,16 +125,23 @@ def test_missing_or_invalid_record_is_bad_input_in_one_line(tmp_path, capsys):
     bad.write_text("this is [not toml")
     for path in (tmp_path / "nope.toml", bad):
         with pytest.raises(RecordError):
-            export_archive(path)
-        assert main(["export", str(path)]) == 2
+            write_archive(path)
+        assert main(["archive", str(path)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and str(path) in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]  # nothing written
 
 
-def test_cli_export_prints_the_archive_path(record, tmp_path, capsys):
-    assert main(["export", str(record.path), "--out", str(tmp_path / "x.tar.gz")]) == 0
+def test_cli_archive_prints_the_archive_path(record, tmp_path, capsys):
+    assert main(["archive", str(record.path), "--out", str(tmp_path / "x.tar.gz")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "x.tar.gz")
+
+
+def test_export_is_the_old_name_of_archive_and_says_so(record, tmp_path, capsys):
+    assert main(["export", str(record.path), "--out", str(tmp_path / "old")]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(tmp_path / "old") and (tmp_path / "old" / "record.toml").is_file()
+    assert "old name of 'archive'" in err
 
 
 def test_artifacts_outside_the_record_folder_are_never_read(record, tmp_path):
@@ -146,7 +153,7 @@ def test_artifacts_outside_the_record_folder_are_never_read(record, tmp_path):
     for path in (str(secret), f"../{secret.name}", str(link), "/nonexistent/file"):
         record.append("artifacts", artifact_entry(secret, "inference_weights") | {"path": path})
     record.save()
-    out = export_archive(record.path, tmp_path / "arch", with_artifacts=True)
+    out = write_archive(record.path, tmp_path / "arch", with_artifacts=True)
     manifest = tomllib.loads((out / "manifest.toml").read_text())["artifacts"]
     states = [m["state"] for m in manifest]
     assert states[:2] == ["verified", "verified"]
@@ -166,7 +173,7 @@ def test_a_crafted_spec_path_cannot_pull_in_another_file(record, tmp_path):
     record.data["campaign"]["spec"]["task"]["file"] = "id_rsa"
     record.data["campaign"]["task_file"] = {"path": str(home / "id_rsa"), "sha256": "0" * 64}
     record.save()
-    out = export_archive(record.path, tmp_path / "arch", with_artifacts=True)
+    out = write_archive(record.path, tmp_path / "arch", with_artifacts=True)
     assert not (out / "id_rsa").exists()
     assert "PRIVATE KEY" not in "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert "not a .py file" in tomllib.loads((out / "manifest.toml").read_text())["task_file"]["state"]
@@ -174,9 +181,9 @@ def test_a_crafted_spec_path_cannot_pull_in_another_file(record, tmp_path):
 
 def test_an_edited_task_file_is_reported_not_archived(record, tmp_path, capsys):
     task = Path(record.data["campaign"]["task_file"]["path"])
-    assert export_archive(record.path, tmp_path / "a1").joinpath("my_task.py").is_file()
+    assert write_archive(record.path, tmp_path / "a1").joinpath("my_task.py").is_file()
     task.write_text("import os\nos.system('echo edited')\n")
-    assert main(["export", str(record.path), "--out", str(tmp_path / "a2")]) == 0
+    assert main(["archive", str(record.path), "--out", str(tmp_path / "a2")]) == 0
     assert not (tmp_path / "a2" / "my_task.py").exists()
     err = capsys.readouterr().err
     assert "changed since the run" in err and err.count("\n") == 1

@@ -109,3 +109,15 @@ def test_every_phase_name_may_be_skipped_and_a_changed_field_is_a_variant(write_
     load_spec(write_campaign({"phases": {"skip": list(names())}}))
     # The FAST control has microbatch 2: a variant with microbatch 1 changes something.
     load_spec(write_campaign({"variants": [{"id": "mb1", "microbatch": 1, "precision": "fp32"}]}))
+
+
+def test_the_old_control_section_reads_as_replay_and_both_at_once_are_refused(write_campaign):
+    """`[control] inputs` is the old name of `[replay] inputs`: campaigns written with it still run."""
+    new = load_spec(write_campaign({"replay": {"inputs": ["up:abc"]}}))
+    old = load_spec(write_campaign({"control": {"inputs": ["up:abc"]}}, drop=("replay",)))
+    assert new.spec.replay == old.spec.replay and old.spec.replay.inputs == ["up:abc"]
+    with pytest.raises(SpecError, match=r"control: the old name of \[replay\]: keep only \[replay\]"):
+        load_spec(write_campaign({"control": {"inputs": ["up:abc"]}}))
+    # An error inside the old section names the key the file holds.
+    with pytest.raises(SpecError, match=r"line \d+: control\.inputs: expected an array"):
+        load_spec(write_campaign({"control": {"inputs": "up:abc"}}, drop=("replay",)))

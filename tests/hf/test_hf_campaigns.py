@@ -74,7 +74,7 @@ def test_init_then_run_passes_every_phase_with_tied_embeddings(hf, tmp_path, cap
     assert 'group_field = "conversation_id"' in text and "examples per update" in text
     spec = load_spec(out).spec
     assert spec.task.builtin == "hf_causal_lm" and not spec.task.supervise_prompt
-    assert spec.control.inputs and {v.id for v in spec.variants} >= {"mb1", "ckpt"}
+    assert spec.replay.inputs and {v.id for v in spec.variants} >= {"mb1", "ckpt"}
     proc = run_headless(shrink(out), tmp_path / "records")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = rows_of(tmp_path / "records")
@@ -93,8 +93,8 @@ def test_init_then_run_passes_every_phase_with_tied_embeddings(hf, tmp_path, cap
     assert rows["resume"]["details"]["comparison"] == "bitwise"
     assert rows["stack"]["details"]["task_probe"]["ok"]
     assert any("pad token" in n for n in rows["load"]["details"]["task_notes"])
-    # Greedy control replies end at the end-of-turn token (or the token budget), same after reload.
-    assert all(c["same"] for c in rows["final"]["details"]["controls"])
+    # Greedy replayed replies end at the end-of-turn token (or the token budget), same after reload.
+    assert all(c["same"] for c in rows["final"]["details"]["replays"])
 
 
 def _short_run(spec: Path, tmp_path: Path) -> dict[str, dict]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pilot_tui.runner.control import replay_controls
+from pilot_tui.runner.replay import replay_inputs
 from pilot_tui.tasks import hf_causal_lm, hf_sequence_classification
 from pilot_tui.tasks.hf_chat import IGNORE
 from pilot_tui.tasks.hf_data import DataError
@@ -131,11 +131,11 @@ def test_control_generation_stops_at_the_end_token(hf):
     task = hf_causal_lm.make_task(str(hf.tied_plain), str(hf.chat), max_new_tokens=12)
     torch.manual_seed(0)
     model = task.build_model()
-    (free,) = replay_controls(task, model, ["rev: abc"], 64, torch.device("cpu"))
+    (free,) = replay_inputs(task, model, ["rev: abc"], 64, torch.device("cpu"))
     assert len(free.ids) == 12 or free.ids[-1] in task.stop_ids
     # Whatever the model says first, declared as a stop token, ends the reply right there.
     stopping = dataclasses.replace(task, stop_ids=(free.ids[0],))
-    (stopped,) = replay_controls(stopping, model, ["rev: abc"], 64, torch.device("cpu"))
+    (stopped,) = replay_inputs(stopping, model, ["rev: abc"], 64, torch.device("cpu"))
     assert stopped.ids == free.ids[:1]
 
 

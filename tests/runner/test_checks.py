@@ -417,7 +417,7 @@ def test_each_broken_campaign_fails_exactly_its_gate(name, tmp_path_factory):
             # Skipped in the campaign, and the file says why. Four examples are enough to show it:
             # after <bos> the prompt's first letter ("rev", "sort", "up") cannot be predicted,
             # however long the loop runs — the gate counts those targets as unrecoverable and
-            # judges the loop against what the subset allows (issue 12), not against 100 %.
+            # judges the loop against what the subset allows, not against 100 %.
             assert "overfit" not in rows
             row = pilot.run("overfit", {"overfit_examples": 4, "overfit_max_steps": 40})
             d = row["details"]

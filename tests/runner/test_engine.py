@@ -6,6 +6,7 @@ Everything is real: torch on CPU in a separate runner process, the record read b
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import signal
@@ -134,7 +135,7 @@ def test_steady_figures_describe_the_timed_updates_only(engine):
     per_update = steady["params"]["effective_batch"]
     assert d["examples_per_s"] * d["step_time_s"] == pytest.approx(per_update, rel=1e-9)
     assert d["step_time_p10_s"] <= d["step_time_p50_s"] <= d["step_time_p90_s"]
-    # What the loop shared the machine with, for the plan's busy-machine caveat (issue 18).
+    # What the loop shared the machine with, for the plan's busy-machine caveat.
     assert d["torch_threads"] >= 1 and d["cpu_count"] >= 1 and d["load_avg_1m"] >= 0
     # The per-update times sit inside the phase: their median cannot exceed the mean of the loop
     # by more than the whole loop, and the loop cannot be longer than the phase that ran it.
@@ -204,7 +205,7 @@ def test_cancel_mid_phase_fails_the_row_and_keeps_the_runner(engine):
 
 def test_a_cancel_while_idle_does_not_kill_the_next_step(engine, monkeypatch):
     session, _ = engine
-    monkeypatch.setattr("pilot_tui.session.driver.CANCEL_GRACE_S", 0.3)
+    monkeypatch.setattr(session, "settings", dataclasses.replace(session.settings, cancel_grace_s=0.3))
     pid = session.runner_pid
     session.cancel()  # nothing in flight: e.g. a late key press after the phase ended
     # Longer than the grace period: a stale kill timer would fire in the middle of it.

@@ -57,19 +57,52 @@ def test_final_in_a_new_runner_reads_the_export_back_and_refuses_an_edited_task_
     first = open_ctx(spec, tmp_path / "work")
     export = run(first, "export")
     assert export["verdict"] == "pass", export["reason"]
-    assert export["details"]["controls_file"]["kind"] == "control_outputs"
+    assert export["details"]["replay_file"]["kind"] == "replay_outputs"
     # The runner died between the steps: a new one gets the recorded rows, not the memory.
     second = open_ctx(spec, tmp_path / "work", rows=first.rows)
-    assert "control_outputs" not in second.memo
+    assert "replay_outputs" not in second.memo
     final = run(second, "final")
     assert final["verdict"] in ("pass", "warn"), final["reason"]
-    assert final["details"]["controls"] and all(c["same"] for c in final["details"]["controls"])
+    assert final["details"]["replays"] and all(c["same"] for c in final["details"]["replays"])
     # The task file edited while the campaign runs: the fresh process refuses it, saying so.
     task = tmp_path / "example_task.py"
     task.write_text(task.read_text() + "\n# edited\n")
     final = run(second, "final")
     assert final["verdict"] == "fail"
     assert "the task file changed since the runner imported it" in final["reason"], final["reason"]
+
+
+def test_an_export_row_written_before_the_replay_rename_still_gives_final_its_comparison(
+    tmp_path, monkeypatch
+):
+    """Everything written when `[replay]` was `[control]`: the campaign's section, the task file's
+    `encode_control`, `controls_file` in the export row and `controls` in the file's metadata.
+    A new runner on such rows still compares."""
+    from safetensors.torch import load_file, save_file
+
+    from pilot_tui.core.hashing import artifact_entry
+    from pilot_tui.runner.safe_load import load_tensors_and_metadata
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    spec = example_campaign(tmp_path)
+    spec.write_text(spec.read_text().replace("[replay]", "[control]"))
+    task = tmp_path / "example_task.py"
+    task.write_text(task.read_text().replace("encode_replay=", "encode_control="))
+    first = open_ctx(spec, tmp_path / "work")
+    assert first.spec.replay.inputs and first.task.encode_replay is not None
+    export = run(first, "export")
+    new = export["details"].pop("replay_file")
+    _, meta = load_tensors_and_metadata(new["path"], new)
+    old_path = Path(new["path"]).with_name("controls-old.safetensors")
+    save_file(load_file(new["path"]), old_path, metadata={"controls": meta["replays"]})
+    extra = {k: new[k] for k in ("phase", "variant", "step", "of")}
+    export["details"]["controls_file"] = artifact_entry(old_path, "control_outputs", **extra)
+    assert first.rows[-1] is export and "replay_file" not in first.rows[-1]["details"]
+    second = open_ctx(spec, tmp_path / "work", rows=first.rows)
+    final = run(second, "final")
+    assert final["verdict"] in ("pass", "warn"), final["reason"]
+    replays = final["details"]["replays"]
+    assert [c["input"] for c in replays] == second.spec.replay.inputs and all(c["same"] for c in replays)
 
 
 def test_cpu_out_of_memory_is_named_with_its_input(tmp_path):

@@ -1,4 +1,4 @@
-"""What the CUDA path must do, shown on the CPU where it can be (issue 13).
+"""What the CUDA path must do, shown on the CPU where it can be.
 
 - A sticky CUDA error (simulated: tests/data/gpu/sticky_task.py) fails its step's row, ends that
   runner, and the next step runs in a new one; the headless CLI exits 1, never 0.

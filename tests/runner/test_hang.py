@@ -7,14 +7,17 @@ that blocks the deadline's signal (killed by the view's watchdog after its grace
 
 from __future__ import annotations
 
+import os
+import signal
 import tomllib
 from pathlib import Path
 
 import tomli_w
 from conftest import CAMPAIGNS
 
-from pilot_tui.core.events import PhaseFinished
+from pilot_tui.core.events import PhaseFinished, PhaseStarted
 from pilot_tui.session.driver import Session
+from pilot_tui.session.settings import Settings
 
 TASK = f"""
 import dataclasses, signal, sys, time
@@ -66,8 +69,8 @@ def load_row(session: Session) -> dict:
 
 def test_stdin_reads_and_hung_phases_end_in_rows(tmp_path: Path) -> None:
     spec = hang_campaign(tmp_path, ["input", "breakpoint", "sleep", "blocked"], time_s=2)
-    session = Session(spec, tmp_path / "records")
-    session.hang_watchdog.grace_s = 1.0  # the default 10 s grace, shortened for the test
+    # The default 10 s grace, shortened for the test.
+    session = Session(spec, tmp_path / "records", settings=Settings(hung_grace_s=1.0))
     session.start()
     try:
         for mode in ("input", "breakpoint"):
@@ -87,3 +90,25 @@ def test_stdin_reads_and_hung_phases_end_in_rows(tmp_path: Path) -> None:
         session.close()
     saved = tomllib.loads(session.record.path.read_text())
     assert [r["verdict"] for r in saved["phases"]] == ["fail"] * 4
+
+
+def test_a_runner_that_sends_nothing_is_killed_after_the_silence_the_environment_sets(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A stopped runner (here SIGSTOP; in life a whole process stuck) sends not even its counters:
+    after `PILOT_TUI_SILENCE_S`, read when the session starts, it is killed and the step has a row."""
+    spec = hang_campaign(tmp_path, ["sleep"], time_s=0)  # no ceiling: only the silence ends it
+    monkeypatch.setenv("PILOT_TUI_SILENCE_S", "1.5")
+    session = Session(spec, tmp_path / "records")
+    session.start()
+    rows = []
+    try:
+        for event in session.run_step("load"):
+            if isinstance(event, PhaseStarted):
+                os.kill(session.runner_pid, signal.SIGSTOP)
+            if isinstance(event, PhaseFinished):
+                rows.append(event.row)
+    finally:
+        session.close()
+    assert len(rows) == 1 and rows[0]["verdict"] == "fail"
+    assert rows[0]["reason"] == "the runner sent nothing for 1.5 s during load (hung) and was killed"

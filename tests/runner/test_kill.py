@@ -30,7 +30,7 @@ ENGINE_PHASES, CLOSING_PHASES = in_group("engine"), in_group("closing")
 SEED = 20_240_611
 GROUP_KILLS = 12  # SIGKILL to the CLI's whole process group (CLI + runner)
 LONE_KILLS = 3  # SIGKILL to the CLI alone: the runner must die by PR_SET_PDEATHSIG
-MARKER = "PILOT_TUI_KILL_TEST"
+MARKER = "PILOT_TEST_KILL_MARKER"  # not PILOT_TUI_*: those are settings
 # A phase line: "<mark> <verdict>  <step> ...", e.g. "✓ pass  first_step   0.03 s ...".
 PHASE_LINE = re.compile(r"^\S (pass|warn|fail)\s+(\S+)\s")
 REAP_S = 10.0

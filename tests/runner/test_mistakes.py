@@ -473,7 +473,7 @@ def _served(tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]:
         tmp_path / f"served-{sorted(options.items())}",
         "lm_serving",
         options,
-        control={"inputs": ["ab", "abcdef", "cab", "hgfedc"]},
+        replay={"inputs": ["ab", "abcdef", "cab", "hgfedc"]},
     )
     assert run(ctx, "export")["verdict"] == "pass"
     return run(ctx, "final")
@@ -484,7 +484,7 @@ def test_positions_not_read_from_the_mask_make_batched_replies_differ(tmp_path):
     s = bad["details"]["serving"]
     assert bad["verdict"] == "warn" and s["ran"] and s["differing"], bad["reason"]
     # The bitwise reload comparison still holds: the difference is batching, not the artifact.
-    assert all(c["same"] for c in bad["details"]["controls"])
+    assert all(c["same"] for c in bad["details"]["replays"])
     i = s["differing"][0]
     assert f"{s['single'][i]} alone vs {s['batched'][i]} in a batch" in bad["reason"]
     good = _served(tmp_path, {"positions": "mask"})

@@ -117,9 +117,9 @@ def test_final_reload_replays_the_control_inputs_then_refuses_a_tampered_artifac
     assert row["verdict"] == "pass", row["reason"]
     d = row["details"]
     assert d["artifact"] == export["details"]["artifact"] and d["sha256_verified"]
-    inputs = [c["input"] for c in d["controls"]]
-    assert inputs == session.spec.control.inputs and len(inputs) == 3
-    for c in d["controls"]:
+    inputs = [c["input"] for c in d["replays"]]
+    assert inputs == session.spec.replay.inputs and len(inputs) == 3
+    for c in d["replays"]:
         assert c["same"] and c["before"] == c["after"] and c["max_abs_logit_diff"] == 0.0
         assert c["before"]  # a decoded text, not an empty string
     # One byte changed in the exported file: the fresh process refuses it by hash.

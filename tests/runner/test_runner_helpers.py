@@ -1,4 +1,4 @@
-"""What real models broke (issue 12 §3), each fix checked on its own: reasons keep the first
+"""What real models broke, each fix checked on its own: reasons keep the first
 non-empty line, the overfit gate knows what a subset allows, a wrong logits shape names the
 forward, fit_search shows no length where none applies, the demo campaigns ship in the package."""
 

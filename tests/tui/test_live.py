@@ -68,7 +68,7 @@ async def test_demo_end_to_end_with_keys(write_campaign, tmp_path: Path) -> None
             "the v1 variant's three phases",
         )
         await pilot.press("e")
-        await wait_for(pilot, lambda: "plan" in app.sections, "the export")
+        await wait_for(pilot, lambda: "plan" in app.sections, "the saved record")
         record = tomllib.loads(Path(app.record_path).read_text())
         steps = [row["step"] for row in record["phases"]]
         assert steps == [k for k in app.gates]  # one row per gate, in order, the v1 rows last

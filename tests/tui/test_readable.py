@@ -1,4 +1,4 @@
-"""Issue 18 at 80×24: what a person sees — running row in view, whole counters, the board's
+"""At 80×24: what a person sees — running row in view, whole counters, the board's
 decision, the plan as `pilot-tui plan` prints it, notes, quit questions, an interrupted record's
 banner, and no record file before a step runs. All on the recorded demo (no runner)."""
 

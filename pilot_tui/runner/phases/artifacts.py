@@ -9,9 +9,9 @@ from ...core.hashing import artifact_entry
 from .. import finiteness
 from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from ..context import RunContext
-from ..control import replay_controls
-from ..control_store import save_controls
 from ..distributed import state as dist_state
+from ..replay import replay_inputs
+from ..replay_store import save_replays
 from ..serving_check import config_warnings
 from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
@@ -91,27 +91,27 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure(
             f"exported tensors differ after reload: {', '.join(differ[:5])}", {"artifact": entry}
         )
-    # The control outputs *before* the save, from the in-memory model: the final phase reloads
+    # The replay outputs *before* the save, from the in-memory model: the final phase reloads
     # the file in a fresh process and must get exactly these (R16).
-    controls = replay_controls(ctx.task, state.model, ctx.spec.control.inputs, ctx.max_length, ctx.device)
-    ctx.memo.setdefault("control_outputs", {})[entry["sha256"]] = controls
+    replays = replay_inputs(ctx.task, state.model, ctx.spec.replay.inputs, ctx.max_length, ctx.device)
+    ctx.memo.setdefault("replay_outputs", {})[entry["sha256"]] = replays
     # On disk too: a runner that dies before `final` must not cost the comparison.
-    controls_path = dist_state.from_rank0(
-        _unused(ctx.work_dir / f"controls-{variant}-step{state.step}.safetensors")
+    replays_path = dist_state.from_rank0(
+        _unused(ctx.work_dir / f"replays-{variant}-step{state.step}.safetensors")
     )
-    save_controls(controls, controls_path)
-    controls_entry = artifact_entry(
-        controls_path, "control_outputs", phase="export", variant=variant, step=state.step, of=entry["sha256"]
+    save_replays(replays, replays_path)
+    replays_entry = artifact_entry(
+        replays_path, "replay_outputs", phase="export", variant=variant, step=state.step, of=entry["sha256"]
     )
-    _record_artifact(ctx, controls_entry)
+    _record_artifact(ctx, replays_entry)
     # The config as it would be saved beside these weights: what serving reads from it.
     served = config_warnings(ctx.task, state.model)
     details = {
         "artifact": entry,
-        "controls_file": controls_entry,
+        "replay_file": replays_entry,
         "tensors": len(tensors),
         "size_mb": round(entry["size"] / 2**20, 3),
-        "control_outputs": [{"input": c.input, "output": c.output} for c in controls],
+        "replay_outputs": [{"input": c.input, "output": c.output} for c in replays],
         "serving_config": served,
     }
     if served:

@@ -1,4 +1,4 @@
-"""`final`: reload the exported artifact in a fresh process and replay the control inputs (R16).
+"""`final`: reload the exported artifact in a fresh process and replay the replay inputs (R16).
 
 The artifact is the latest `inference_weights` file the export phase recorded; the fresh process
 checks it against the sha256 in that record entry before reading it (R17). Its outputs must equal
@@ -13,10 +13,10 @@ from typing import Any
 import torch
 
 from ..context import RunContext
-from ..control import ControlOutput
-from ..control_store import load_controls
 from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
 from ..probes import release_cache
+from ..replay import ReplayOutput
+from ..replay_store import load_replays
 from ..safe_load import UnsafeLoadError
 from ..serving_check import generation_warnings
 from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
@@ -32,13 +32,15 @@ def latest_export(ctx: RunContext) -> dict[str, Any] | None:
     return None
 
 
-def _controls_from_disk(ctx: RunContext, entry: dict[str, Any]) -> list[ControlOutput] | None:
-    """The export's control outputs read back from its file (the export ran in an earlier runner)."""
+def _replays_from_disk(ctx: RunContext, entry: dict[str, Any]) -> list[ReplayOutput] | None:
+    """The export's replay outputs read back from its file (the export ran in an earlier runner)."""
     for row in reversed(ctx.rows):
-        stored = row.get("details", {}).get("controls_file") or {}
+        details = row.get("details", {})
+        # "controls_file": the key of export rows written before the rename.
+        stored = details.get("replay_file") or details.get("controls_file") or {}
         if row.get("name") == "export" and stored.get("of") == entry["sha256"]:
             try:
-                return load_controls(stored)
+                return load_replays(stored)
             except UnsafeLoadError as exc:
                 raise PhaseFailure(
                     f"the outputs before the save were refused: {exc}", {"artifact": entry}
@@ -46,7 +48,7 @@ def _controls_from_disk(ctx: RunContext, entry: dict[str, Any]) -> list[ControlO
     return None
 
 
-def _compare_one(before: ControlOutput, after: dict[str, Any], logits: torch.Tensor | None, tol: float):
+def _compare_one(before: ReplayOutput, after: dict[str, Any], logits: torch.Tensor | None, tol: float):
     diff = None
     same_logits = True
     if before.logits is not None and logits is not None:
@@ -79,13 +81,13 @@ def _no_export_reason(ctx: RunContext) -> str:
     return "no exported artifact in this runner: run the export phase first"
 
 
-def _refuse_non_finite_controls(before: list[ControlOutput], entry: dict[str, Any]) -> None:
+def _refuse_non_finite_replays(before: list[ReplayOutput], entry: dict[str, Any]) -> None:
     """Finiteness first: NaN logits never equal themselves, so a bitwise comparison would blame
     the reload for what the model did before the save."""
     for c in before:
         if c.logits is not None and c.logits.is_floating_point() and not bool(torch.isfinite(c.logits).all()):
             raise PhaseFailure(
-                f"the control output for {c.input!r} was not finite before the save (NaN or inf logits): "
+                f"the replay output for {c.input!r} was not finite before the save (NaN or inf logits): "
                 "the model diverged, so the reload is not compared",
                 {"artifact": entry},
             )
@@ -96,15 +98,15 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     entry = latest_export(ctx)
     if entry is None:
         raise PhaseFailure(_no_export_reason(ctx))
-    before: list[ControlOutput] | None = ctx.memo.get("control_outputs", {}).get(entry["sha256"])
+    before: list[ReplayOutput] | None = ctx.memo.get("replay_outputs", {}).get(entry["sha256"])
     if before is None:
-        before = _controls_from_disk(ctx, entry)
+        before = _replays_from_disk(ctx, entry)
     if before is None:
         raise PhaseFailure(
             "the outputs before the save were not kept (the export ran in an earlier runner): run export again",
             {"artifact": entry},
         )
-    _refuse_non_finite_controls(before, entry)
+    _refuse_non_finite_replays(before, entry)
     exact = ctx.device.type == "cpu"
     tol = 0.0 if exact else ctx.spec.resume.tolerance
     # The outputs before the save are on the host already: the fresh process gets the device
@@ -139,8 +141,8 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         tensors = read_tensors(result)
     except UnsafeLoadError as exc:
         raise PhaseFailure(f"the fresh process's output was refused: {exc}") from None
-    after = result["controls"]
-    controls = [
+    after = result["replays"]
+    replays = [
         _compare_one(b, a, tensors.get(f"logits/{i}"), tol)
         for i, (b, a) in enumerate(zip(before, after, strict=True))
     ]
@@ -149,31 +151,31 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         "sha256_verified": True,
         "tensors_loaded": result["tensors_loaded"],
         "comparison": "bitwise" if exact else f"logits within {tol:g}",
-        "controls": controls,
+        "replays": replays,
         "fresh_process_s": round(seconds, 3),
         "serving": result.get("serving", {}),
     }
-    bad = next((c for c in controls if not c["same"]), None)
+    bad = next((c for c in replays if not c["same"]), None)
     if bad is not None:
         diff = bad["max_abs_logit_diff"]
         why = f"max |Δlogit| {diff:.3g}" if diff is not None else bad["error"] or "no logits"
         raise PhaseFailure(
-            f"control input {bad['input']!r} differs after reload: {bad['before']!r} before the save "
+            f"replay input {bad['input']!r} differs after reload: {bad['before']!r} before the save "
             f"vs {bad['after']!r} after ({why})",
             details,
         )
-    errors = [c for c in controls if c["error"]]
-    served = generation_warnings(details["serving"], list(ctx.spec.control.inputs))
-    if served and controls and not errors:
+    errors = [c for c in replays if c["error"]]
+    served = generation_warnings(details["serving"], list(ctx.spec.replay.inputs))
+    if served and replays and not errors:
         return Outcome(WARN, "; ".join(served), details)
-    if not controls:
+    if not replays:
         return Outcome(
             WARN,
-            "no control inputs declared ([control] inputs): the artifact reloads, but no output was compared",
+            "no replay inputs declared ([replay] inputs): the artifact reloads, but no output was compared",
             details,
         )
     if errors:
         return Outcome(
-            WARN, f"control input {errors[0]['input']!r} could not run: {errors[0]['error']}", details
+            WARN, f"replay input {errors[0]['input']!r} could not run: {errors[0]['error']}", details
         )
     return Outcome(details=details)

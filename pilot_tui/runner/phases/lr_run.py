@@ -183,11 +183,11 @@ def stop_cause(loss: float, initial: float, stop: StopSpec) -> str:
 
 @torch.no_grad()
 def predictions(ctx: RunContext, state: TrainState, run_id: str) -> dict[str, Any] | None:
-    """Final predictions on the campaign's control inputs, saved as JSON; its record entry."""
-    inputs, task = list(ctx.spec.control.inputs), ctx.task
-    if not inputs or task.encode_control is None:
+    """Final predictions on the campaign's replay inputs, saved as JSON; its record entry."""
+    inputs, task = list(ctx.spec.replay.inputs), ctx.task
+    if not inputs or task.encode_replay is None:
         return None
-    examples = [task.encode_control(text) for text in inputs]
+    examples = [task.encode_replay(text) for text in inputs]
     batch = collate(task, examples, state.config.max_length, ctx.device)
     state.model.eval()
     with autocast(ctx.device, state.config.precision):

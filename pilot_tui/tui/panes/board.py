@@ -147,7 +147,7 @@ class LossPlot(PlotextPlot):
     """A plotext plot built once per data change and size, not at every render.
 
     Building a plot is pure Python and slow: a pane switch re-renders the newly shown widgets, and
-    a build there made the Board answer a key in hundreds of ms while a run trained (issue 18).
+    a build there made the Board answer a key in hundreds of ms while a run trained.
     """
 
     version = 0

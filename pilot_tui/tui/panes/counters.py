@@ -199,7 +199,7 @@ class CountersPane(VerticalScroll):
         """Update a widget; relayout only when its shape (lines it takes) may have changed.
 
         A live figure redraws in place: a relayout of the whole screen at every sample is what
-        kept keys waiting while a run trained (issue 18). `always=False` skips an unchanged shape.
+        kept keys waiting while a run trained. `always=False` skips an unchanged shape.
         """
         shapes: dict[str, Any] = self.__dict__.setdefault("_shapes", {})
         same = shapes.get(selector, object()) == shape

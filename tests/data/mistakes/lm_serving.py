@@ -83,7 +83,7 @@ def make_task(positions="mask", stop="eot"):
         collate=collate,
         group_key="doc",
         decode_token=lambda t: names.get(t) or ALPHABET[t - 5],
-        encode_control=lambda text: {
+        encode_replay=lambda text: {
             "id": f"control:{text}",
             "doc": "control",
             "word": text,

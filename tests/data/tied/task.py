@@ -17,6 +17,6 @@ def make_task(n_conversations: int = 60) -> Task:
         collate=demo.make_collate(),
         group_key="conversation",
         decode_token=demo.decode_token,
-        encode_control=demo.encode_control,
+        encode_replay=demo.encode_replay,
         default_max_length=28,
     )

@@ -1,4 +1,4 @@
-"""The control outputs before the save, kept on disk beside the exported weights (R16).
+"""The replay outputs before the save, kept on disk beside the exported weights (R16).
 
 The final check compares them with the reloaded artifact's outputs. Held only in the runner's
 memory they were lost when the runner died between `export` and `final`; on disk (safetensors:
@@ -13,32 +13,33 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import _atomic
-from .control import ControlOutput
+from .replay import ReplayOutput
 from .safe_load import load_tensors_and_metadata
 
 FIELDS = ("input", "output", "ids", "how", "error")
 
 
-def save_controls(controls: Sequence[ControlOutput], path: Path) -> None:
+def save_replays(replays: Sequence[ReplayOutput], path: Path) -> None:
     """Write the outputs atomically: logits as `logits/<i>`, the other fields as metadata."""
     from safetensors.torch import save_file
 
     tensors = {
         f"logits/{i}": c.logits.detach().cpu().contiguous()
-        for i, c in enumerate(controls)
+        for i, c in enumerate(replays)
         if c.logits is not None
     }
-    meta = {"controls": json.dumps([{k: getattr(c, k) for k in FIELDS} for c in controls])}
+    meta = {"replays": json.dumps([{k: getattr(c, k) for k in FIELDS} for c in replays])}
     _atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
-def load_controls(entry: Mapping[str, Any]) -> list[ControlOutput]:
+def load_replays(entry: Mapping[str, Any]) -> list[ReplayOutput]:
     """Read them back, the file checked against its recorded size and sha256 first (R17)."""
     # UnsafeLoadError when the bytes changed since they were recorded.
     tensors, meta = load_tensors_and_metadata(entry["path"], entry)
-    rows = json.loads(meta.get("controls", "[]"))
+    # "controls": the key files written before the rename hold.
+    rows = json.loads(meta.get("replays") or meta.get("controls") or "[]")
     return [
-        ControlOutput(
+        ReplayOutput(
             **{k: row.get(k, "" if k != "ids" else []) for k in FIELDS}, logits=tensors.get(f"logits/{i}")
         )
         for i, row in enumerate(rows)
