@@ -261,18 +261,24 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     }
     if not cmp.ok:
         raise PhaseFailure(cmp.reason(), details)
-    edges = resume_edges.edge_cases(
-        ctx.new_state,
-        ctx.task,
-        config,
-        ctx.device,
-        grad_clip,
-        k,
-        n,
-        ctx.spec.batch.num_workers if dist_state.world() == 1 else 0,
-        per_epoch,
-        EPOCH_EDGE_MAX_UPDATES,
-        resume_edges.skip_next_epoch if breaking == "epoch" else None,
+    # In this process only: under torchrun rank 0 alone gets here, and a wrapped state's
+    # collectives would wait for ranks that have left the phase.
+    edges = (
+        resume_edges.edge_cases(
+            ctx.new_state,
+            ctx.task,
+            config,
+            ctx.device,
+            grad_clip,
+            k,
+            n,
+            ctx.spec.batch.num_workers,
+            per_epoch,
+            EPOCH_EDGE_MAX_UPDATES,
+            resume_edges.skip_next_epoch if breaking == "epoch" else None,
+        )
+        if dist_state.world() == 1
+        else []
     )
     details["edges"] = edges
     broken = next((e for e in edges if not e["ok"]), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -108,11 +109,19 @@ def load_details(before: float | None, after: float | None) -> dict[str, float |
 MAX_SCALER_SKIPS = 32
 
 
+def example_key(example: Any) -> str:
+    """An example's id, or a hash of its fields when it has none: an index would call two
+    differently ordered datasets the same."""
+    if "id" in example:
+        return str(example["id"])
+    return hashlib.sha256(repr(sorted(example.items())).encode()).hexdigest()[:16]
+
+
 def _same_split_on_every_rank(ctx: RunContext) -> None:
     """Under torchrun every rank builds its task and its split on its own: they must agree."""
     if dist_state.world() < 2:
         return
-    ids = [str(ex.get("id", i)) for i, ex in enumerate(ctx.task.examples)]
+    ids = [example_key(ex) for ex in ctx.task.examples]
     mine = rank_data.split_digest(ctx.splits, ids)
     digests: list[str] = [""] * dist_state.world()
     torch.distributed.all_gather_object(digests, mine)
