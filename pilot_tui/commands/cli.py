@@ -22,6 +22,25 @@ SUBCOMMANDS = ("run", "open", "continue", "archive", "export", "plan", "note", "
 # `export` is the phase that writes the artifact; the command that archives a record was called
 # `export` before it was `archive`, and still answers to the old name.
 OLD_ARCHIVE_NAME = "export"
+# `pilot-tui plan` flags: (flag, [plan] key, help).
+SCHEDULE_FLAGS = (
+    ("--save-every", "save_every", "updates between checkpoint saves in the real run"),
+    ("--keep", "keep", "checkpoints kept on disk (0: every one)"),
+    ("--eval-every", "eval_every", "updates between evaluations"),
+    ("--eval-examples", "eval_examples", "examples per evaluation"),
+    ("--restarts", "restarts", "restarts from the last checkpoint to allow for"),
+)
+
+
+def _count(text: str) -> int:
+    """A whole number ≥ 0 (argparse names the flag when it is not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     arc.add_argument("--with-artifacts", action="store_true", help="copy the artifacts too")
     pln = sub.add_parser("plan", help="print the choice sheet and the 3/7/30-day rental plan of a record")
     pln.add_argument("record", type=Path)
+    # Another schedule for the same measurements: re-planned without a new pilot.
+    for flag, key, what in SCHEDULE_FLAGS:
+        pln.add_argument(flag, dest=key, type=_count, metavar="N", help=what)
     note = sub.add_parser("note", help="add an observation to a record (a phase, variant or run)")
     note.add_argument("record", type=Path)
     note.add_argument("text")
@@ -138,9 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             _warn_task_file(args.record)
             return EXIT_OK
         if args.command == "plan":
-            from ..analysis.plan import print_plan
+            from .plan import print_plan
 
-            return print_plan(args.record)
+            schedule = {
+                key: getattr(args, key) for _, key, _ in SCHEDULE_FLAGS if getattr(args, key) is not None
+            }
+            return print_plan(args.record, schedule=schedule)
         if args.command in ("note", "conclude"):
             from ..core.notes import add_note, set_conclusion
 

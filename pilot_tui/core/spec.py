@@ -20,15 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import phase_table
+from . import dimensions, phase_table
+
+# The allowed values of the configuration dimensions, re-exported for the views' checks.
+from .dimensions import OPTIMIZERS as OPTIMIZERS
+from .dimensions import PRECISIONS as PRECISIONS
+from .dimensions import STRATEGIES as STRATEGIES
 from .phase_table import lr_run_name
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 HOLDS = ("updates", "epochs")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "linear", "cosine")
 GROUP_KINDS = ("id", "time")
-STRATEGIES = ("none", "ddp", "fsdp")
 BACKENDS = ("", "nccl", "gloo")
 # A record is named `<name>-<id>.toml`; file systems stop at 255 bytes.
 MAX_NAME = 100
@@ -101,6 +104,8 @@ class BatchSpec:
 class OptimSpec:
     """Optimizer and schedule of the control configuration."""
 
+    # adamw | adamw_fused | sgd | adafactor (runner/optimizers.py builds each).
+    name: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.0
     warmup_updates: int = 0
@@ -146,16 +151,15 @@ class OverfitSpec:
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """A memory variant (R11); an unset field keeps the control's value."""
+    """A memory variant (R11): the configuration dimensions it sets (core/dimensions.py); an
+    unset one keeps the control's value."""
 
     id: str
-    microbatch: int = 0
-    accumulation: int = 0
-    max_length: int = 0
-    precision: str = ""
-    activation_checkpointing: bool | None = None
-    # ddp -> fsdp is the per-GPU memory question people pilot.
-    strategy: str = ""
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str) -> Any:
+        """The value this variant sets for a dimension, None when it keeps the control's."""
+        return self.values.get(name)
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,17 @@ class PlanSpec:
     evaluations: int = 0
     checkpoints: int = 0
     validation_size: int = 0
+    # The whole rental (R27), as the real run will spend it. save_every / eval_every: updates
+    # between saves / evaluations (0: `checkpoints` / `evaluations` above); keep: checkpoints kept
+    # on disk (0: every one); eval_examples: examples per evaluation (0: `validation_size`);
+    # restarts: how many times the run is allowed to restart from its last checkpoint;
+    # checkpoint_dir: where checkpoints go, relative to the campaign file ("": the records' folder).
+    save_every: int = 0
+    keep: int = 0
+    eval_every: int = 0
+    eval_examples: int = 0
+    restarts: int = 1
+    checkpoint_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -338,6 +353,8 @@ def _type_name(tp: Any) -> str:
 
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
+    if tp is VariantSpec:
+        return _build_variant(value, key)
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -403,6 +420,25 @@ def _build(cls: Any, table: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
+def _build_variant(table: Any, key: str) -> VariantSpec:
+    """A `[[variants]]` entry: its id and the dimensions it sets, each typed by the table."""
+    if not isinstance(table, dict):
+        raise _KeyError(key, f"expected a table, got {_describe(table)}")
+    if "id" not in table:
+        raise _KeyError(f"{key}.id", "required key is missing")
+    values: dict[str, Any] = {}
+    for path, value in dimensions.flat_keys(table):
+        if path == "id":
+            continue
+        d = dimensions.for_variant_key(path)
+        if d is None:
+            raise _KeyError(f"{key}.{path}", dimensions.unknown_variant_key(path))
+        if d.name in values:
+            raise _KeyError(f"{key}.{path}", f"sets {d.name} a second time (as {d.name} and {d.spec_field})")
+        values[d.name] = _convert(d.type, value, f"{key}.{path}")
+    return VariantSpec(id=_convert(str, table["id"], f"{key}.id"), values=values)
+
+
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
@@ -436,11 +472,14 @@ def _check(spec: CampaignSpec) -> None:
     need(b.accumulation >= 1, "batch.accumulation", f"must be ≥ 1, got {b.accumulation}")
     need(b.replicas >= 1, "batch.replicas", f"must be ≥ 1, got {b.replicas}")
     need(b.max_length >= 0, "batch.max_length", f"must be ≥ 0 (0 = the task's default), got {b.max_length}")
-    need(
-        b.precision in PRECISIONS,
-        "batch.precision",
-        f"must be one of {', '.join(PRECISIONS)}, got {b.precision!r}",
-    )
+    for d in dimensions.DIMENSIONS:
+        if d.choices:
+            value = dimensions.control_value(spec, d)
+            need(
+                value in d.choices,
+                d.spec_field,
+                f"must be one of {', '.join(map(str, d.choices))}, got {value!r}",
+            )
     need(b.hold in HOLDS, "batch.hold", f"must be one of {', '.join(HOLDS)}")
     need(b.device in DEVICES, "batch.device", f"must be one of {', '.join(DEVICES)}")
     if b.hold == "updates":
@@ -486,19 +525,13 @@ def _check(spec: CampaignSpec) -> None:
         need(re.fullmatch(r"[A-Za-z0-9._-]+", v.id) is not None, f"{key}.id", "use letters, digits, . _ -")
         need(v.id != "control", f"{key}.id", "'control' names the campaign's own configuration")
         need(ids.count(v.id) == 1, f"{key}.id", f"id {v.id!r} is used twice")
-        need(v.microbatch >= 0, f"{key}.microbatch", "must be ≥ 1 (or left out)")
-        need(v.accumulation >= 0, f"{key}.accumulation", "must be ≥ 1 (or left out)")
-        need(v.max_length >= 0, f"{key}.max_length", "must be ≥ 1 (or left out)")
-        need(v.precision in ("", *PRECISIONS), f"{key}.precision", f"must be one of {', '.join(PRECISIONS)}")
-        # A field set to the control's own value changes nothing either (a duplicate measurement).
+        for name, value in v.values.items():
+            why = dimensions.problem(dimensions.by_name(name), value)
+            need(why is None, f"{key}.{name}", why or "")
+        # A dimension set to the control's own value changes nothing either (a duplicate measurement).
         changes = [
-            v.microbatch and v.microbatch != b.microbatch,
-            v.accumulation and v.accumulation != b.accumulation,
-            v.max_length and v.max_length != b.max_length,
-            v.precision and v.precision != b.precision,
-            v.activation_checkpointing is not None
-            and v.activation_checkpointing != b.activation_checkpointing,
-            v.strategy and v.strategy != spec.distributed.strategy,
+            value != dimensions.control_value(spec, dimensions.by_name(name))
+            for name, value in v.values.items()
         ]
         need(any(changes), key, f"variant {v.id!r} changes nothing from the control")
     if spec.fit_search is not None:
@@ -552,11 +585,25 @@ def _check(spec: CampaignSpec) -> None:
     need(p.checkpoints >= 0, "plan.checkpoints", "must be ≥ 0 (0 = one per epoch)")
     need(p.validation_size >= 0, "plan.validation_size", "must be ≥ 0 (0 = from the split ratios)")
     need(len(set(p.priority)) == len(p.priority), "plan.priority", "a configuration is listed twice")
+    _check_rental(p)
     e = spec.estimate
     need(e.strategy in ("", *STRATEGIES), "estimate.strategy", f"must be one of {', '.join(STRATEGIES)}")
     need(e.gpus >= 0, "estimate.gpus", "must be ≥ 1 (or left out: plan.gpus)")
     need(e.gpu_memory_gb >= 0, "estimate.gpu_memory_gb", "must be > 0 GB (or left out)")
     need(not (e.strategy == "none" and e.gpus > 1), "estimate.strategy", "'none' runs on one GPU")
+
+
+def _check_rental(p: PlanSpec) -> None:
+    """The `[plan]` keys of the whole rental (saves, evaluations, restarts, disk)."""
+    for key in ("save_every", "keep", "eval_every", "eval_examples", "restarts"):
+        if getattr(p, key) < 0:
+            raise _KeyError(f"plan.{key}", "must be ≥ 0")
+    if p.save_every and p.checkpoints:
+        raise _KeyError("plan.save_every", "set save_every or checkpoints, not both")
+    if p.eval_every and p.evaluations:
+        raise _KeyError("plan.eval_every", "set eval_every or evaluations, not both")
+    if p.eval_examples and p.validation_size:
+        raise _KeyError("plan.eval_examples", "set eval_examples or validation_size, not both")
 
 
 # --------------------------------------------------------------------------------------------
@@ -589,8 +636,8 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
             "size (leave it out, or make them equal)",
         )
     for i, v in enumerate(spec.variants):
-        if v.strategy:
-            need(v.strategy in ("ddp", "fsdp"), f"variants[{i}].strategy", "must be 'ddp' or 'fsdp'")
+        if v.get("strategy"):
+            need(v.get("strategy") in ("ddp", "fsdp"), f"variants[{i}].strategy", "must be 'ddp' or 'fsdp'")
             need(d.strategy != "none", f"variants[{i}].strategy", "needs [distributed] strategy ddp or fsdp")
 
 
