@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils.checkpoint import checkpoint
 
 
@@ -80,6 +81,8 @@ def _left_padding(
     pads on the left): positions count real tokens only and no query attends to a pad, so a
     prompt answers the same alone or in a batch. Right-padded batches (training's) keep the plain
     causal path, bit for bit; only eval batches are looked at (the look reads the mask on the host)."""
+    if is_fake(attention_mask) or attention_mask.device.type == "meta":
+        return positions, None  # the estimate's fake run, inspect's meta probe: nothing on the host
     real = attention_mask.bool()
     if not bool((~real[:, :-1] & real[:, 1:]).any()):
         return positions, None
