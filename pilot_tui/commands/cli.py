@@ -106,12 +106,24 @@ def _parser() -> argparse.ArgumentParser:
 
 def _init_parser(sub) -> None:
     ini = sub.add_parser(
-        "init", help="write a runnable campaign for a local Hugging Face model and a JSONL data file"
+        "init",
+        help="write a runnable campaign for a local Hugging Face model and a JSONL data file, "
+        "or for a Trainer script (--trainer train.py -- ARGS)",
+    )
+    ini.add_argument("--model", type=Path, help="local model directory (config, tokenizer, weights)")
+    ini.add_argument("--data", type=Path, help="JSONL data file")
+    ini.add_argument(
+        "--trainer",
+        type=Path,
+        metavar="SCRIPT",
+        help="a transformers Trainer / TRL SFTTrainer script to pilot unchanged; its arguments follow `--`",
     )
     ini.add_argument(
-        "--model", type=Path, required=True, help="local model directory (config, tokenizer, weights)"
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="with --trainer: set for the script"
     )
-    ini.add_argument("--data", type=Path, required=True, help="JSONL data file")
+    ini.add_argument(
+        "script_args", nargs="*", metavar="-- ARGS", help="with --trainer: the script's arguments"
+    )
     ini.add_argument("--out", type=Path, default=Path("campaign.toml"), help="campaign file to write")
     ini.add_argument("--format", choices=("messages", "prompt_completion", "text"), help="default: detected")
     ini.add_argument("--train-on", default="assistant", choices=("assistant", "last_assistant", "all"))
@@ -128,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in or (args_in[0] not in SUBCOMMANDS and args_in[0] not in ("-h", "--help", "--version")):
         args_in = ["open", *args_in]
     args = _parser().parse_args(args_in)
+    if args.command == "init" and args.trainer:
+        from .init_trainer import main as init_trainer_main
+
+        return init_trainer_main(args)
     if args.command == "init":
         from .init import main as init_main
 

@@ -67,6 +67,11 @@ class TaskSpec:
     class_names: list[str] = field(default_factory=list)
     # Extension modules the task imports, checked by the stack phase (R18).
     requires: list[str] = field(default_factory=list)
+    # A Hugging Face Trainer / TRL script piloted unchanged (docs/trainer.md): the script, what
+    # would follow `python train.py` on the command line, and environment variables it reads.
+    trainer_script: str = ""
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -464,7 +469,13 @@ def _check(spec: CampaignSpec) -> None:
         "campaign.name",
         f"{len(spec.campaign.name)} characters; at most {MAX_NAME} (it names the record file)",
     )
-    need(bool(t.builtin) != bool(t.file), "task", "set exactly one of task.builtin or task.file")
+    sources = [x for x in (t.builtin, t.file, t.trainer_script) if x]
+    need(len(sources) == 1, "task", "set exactly one of task.builtin or task.file (or task.trainer_script)")
+    if t.trainer_script:
+        _check_trainer(spec)
+    else:
+        need(not t.args, "task.args", "only a task.trainer_script takes command-line arguments")
+        need(not t.env, "task.env", "only a task.trainer_script takes environment variables")
     need(t.group_kind in GROUP_KINDS, "task.group_kind", f"must be one of {', '.join(GROUP_KINDS)}")
     need(len(set(t.class_names)) == len(t.class_names), "task.class_names", "a name is used twice")
     need(all(r.strip() for r in t.requires), "task.requires", "a module name is empty")
@@ -528,6 +539,10 @@ def _check(spec: CampaignSpec) -> None:
         for name, value in v.values.items():
             why = dimensions.problem(dimensions.by_name(name), value)
             need(why is None, f"{key}.{name}", why or "")
+        if t.trainer_script:
+            # The control's batch is the trainer's own, known once the script is captured.
+            need(bool(v.values), key, f"variant {v.id!r} changes nothing from the control")
+            continue
         # A dimension set to the control's own value changes nothing either (a duplicate measurement).
         changes = [
             value != dimensions.control_value(spec, dimensions.by_name(name))
@@ -604,6 +619,72 @@ def _check_rental(p: PlanSpec) -> None:
         raise _KeyError("plan.eval_every", "set eval_every or evaluations, not both")
     if p.eval_examples and p.validation_size:
         raise _KeyError("plan.eval_examples", "set eval_examples or validation_size, not both")
+
+
+# --------------------------------------------------------------------------------------------
+# A trainer script: its own arguments decide the batch, the optimizer and the splits.
+
+# Sections a trainer campaign takes from the captured trainer instead: each is refused with why.
+TRAINER_OWNS = {
+    "split": "the script's train_dataset and eval_dataset are the splits",
+    "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
+    "fit_search": "a fit search on a captured trainer is not supported yet",
+    "distributed": "a captured trainer runs on one process for now",
+}
+# Batch keys a trainer campaign may still set: where it runs.
+TRAINER_BATCH_KEYS = ("device",)
+# What a memory variant of a captured trainer may change: what `trainer.args` takes in place.
+# Precision, max length and the strategy are fixed when the script builds its trainer.
+TRAINER_VARIANT_KEYS = ("id", "microbatch", "accumulation", "activation_checkpointing")
+
+
+def _check_trainer(spec: CampaignSpec) -> None:
+    t = spec.task
+    for key in ("file", "function", "options", "group_key"):
+        default = getattr(TaskSpec(), key)
+        if getattr(t, key) != default:
+            raise _KeyError(f"task.{key}", "not used with task.trainer_script (the script builds everything)")
+    if not t.trainer_script.endswith(".py"):
+        raise _KeyError("task.trainer_script", f"must name a Python file, got {t.trainer_script!r}")
+    for name, value in t.env.items():
+        # Named by the table's key: an inline table's own keys have no line of their own.
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise _KeyError("task.env", f"{name!r} is not a valid environment variable name")
+        if "\0" in value:
+            raise _KeyError("task.env", f"the value of {name} holds a NUL character")
+
+
+def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """A trainer campaign's raw tables before typing: sections the trainer owns are refused and
+    `[batch]` gets placeholders the runner replaces with the trainer's own figures."""
+    task = raw.get("task")
+    if not isinstance(task, dict) or not task.get("trainer_script"):
+        return raw
+    for section, why in TRAINER_OWNS.items():
+        if section in raw and not (
+            section == "distributed" and raw[section].get("strategy", "none") == "none"
+        ):
+            raise _KeyError(section, f"not used with task.trainer_script: {why}")
+    variants = raw.get("variants", [])
+    for i, v in enumerate(variants if isinstance(variants, list) else []):
+        for key in v if isinstance(v, dict) else {}:
+            if key not in TRAINER_VARIANT_KEYS:
+                raise _KeyError(
+                    f"variants[{i}].{key}",
+                    "a captured trainer's variant changes only microbatch, accumulation or "
+                    "activation_checkpointing (the rest is fixed when the script builds its trainer)",
+                )
+    batch = raw.get("batch", {})
+    if not isinstance(batch, dict):
+        raise _KeyError("batch", f"expected a table, got {_describe(batch)}")
+    for key in batch:
+        if key not in TRAINER_BATCH_KEYS:
+            raise _KeyError(
+                f"batch.{key}",
+                "not used with task.trainer_script: the batch is the trainer's arguments "
+                "(per_device_train_batch_size, gradient_accumulation_steps, max_steps)",
+            )
+    return raw | {"batch": {"microbatch": 1, "updates": 1, **batch}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -703,7 +784,7 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
     except RecursionError:
         raise SpecError(f"{path}: arrays or tables nested too deeply to be a campaign") from None
     try:
-        spec = _build(CampaignSpec, _new_names(raw), "")
+        spec = _build(CampaignSpec, _trainer_raw(_new_names(raw)), "")
         _check(spec)
         _check_distributed(spec, "replicas" in raw.get("batch", {}))
         spec = _resolve_world(spec)
@@ -772,4 +853,9 @@ def load_spec(path: str | Path) -> LoadedSpec:
         line = _line_of(text, "task.file")
         where = f"line {line}: " if line else ""
         raise SpecError(f"{p}: {where}task.file: no such file {loaded.spec.task.file!r}")
+    script = loaded.spec.task.trainer_script
+    if script and not loaded.resolve(script).is_file():
+        line = _line_of(text, "task.trainer_script")
+        where = f"line {line}: " if line else ""
+        raise SpecError(f"{p}: {where}task.trainer_script: no such file {script!r}")
     return loaded
