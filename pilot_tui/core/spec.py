@@ -343,6 +343,11 @@ class LoadedSpec:
         """A path written in the spec is relative to the spec file."""
         return (self.path.parent / relative).resolve()
 
+    def where(self, key: str) -> str:
+        """`FILE: line N: KEY` for a message about a dotted key (the line when it can be found)."""
+        line = _line_of(self.text, key)
+        return f"{self.path}: {f'line {line}: ' if line else ''}{key}"
+
 
 # --------------------------------------------------------------------------------------------
 # Typed building with key paths; every failure becomes one SpecError line.
@@ -785,6 +790,13 @@ def _line_of(text: str, key: str) -> int | None:
         if match:
             path = table + [p.strip('"') for p in match.group(1).split(".")]
             if path == parts or (len(parts) > len(table) and path[: len(parts)] == parts):
+                return number
+            # An inline table (`options = { n = 1 }`): the line that opens it and names the key.
+            if (
+                len(path) < len(parts)
+                and parts[: len(path)] == path
+                and re.search(rf"\b{re.escape(parts[-1])}\s*=", line)
+            ):
                 return number
     # Fall back to the table itself (e.g. a missing key: point at its section).
     for number, line in enumerate(text.splitlines(), start=1):

@@ -339,3 +339,36 @@ def test_bus_bandwidth_is_the_nccl_tests_definition():
     algbw, busbw = bus_bandwidth(8e9, 2.0, 8)
     assert algbw == 4.0 and busbw == pytest.approx(4.0 * 2 * 7 / 8)
     assert bus_bandwidth(1e9, 1.0, 2) == (1.0, 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeded", [False, True])
+def test_a_split_drawn_per_process_fails_first_step_naming_the_rank(tmp_path, seeded):
+    raw = {
+        "campaign": {"name": f"split-per-process-{seeded}"},
+        "task": {
+            "file": str(
+                Path(__file__).resolve().parent.parent / "data" / "mistakes" / "split_per_process.py"
+            ),
+            "options": {"seeded": seeded},
+        },
+        "split": {"field": "split"},
+        "batch": {"microbatch": 4, "accumulation": 1, "device": "cpu", "hold": "updates", "updates": 10},
+        "distributed": {"strategy": "ddp", "nproc_per_node": WORLD, "timeout_s": TIMEOUT_S},
+    }
+    path = tmp_path / "campaign.toml"
+    path.write_text(tomli_w.dumps(raw))
+    session = Session(path, tmp_path / "records")
+    session.start()
+    try:
+        row = row_of(list(session.run_step("first_step")))
+    finally:
+        session.close()
+    if seeded:
+        assert row["verdict"] == "pass", row["reason"]
+    else:
+        # Two draws of 64 rows by the OS-seeded generator: they differ (the chance they agree is nil).
+        assert row["verdict"] == "fail"
+        assert "rank 1 sees another train / validation / test split than rank 0" in row["reason"], row[
+            "reason"
+        ]

@@ -13,7 +13,8 @@ from ..distributed import state as dist_state
 from ..distributed.sharded import kind_for, verify_sharded
 from ..replay import replay_inputs
 from ..replay_store import save_replays
-from .base import Outcome, PhaseFailure, PhaseRun, phase
+from ..serving_check import config_warnings
+from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
@@ -132,12 +133,16 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
         replays_path, "replay_outputs", phase="export", variant=variant, step=state.step, of=entry["sha256"]
     )
     _record_artifact(ctx, replays_entry)
-    return Outcome(
-        details={
-            "artifact": entry,
-            "replay_file": replays_entry,
-            "tensors": len(tensors),
-            "size_mb": round(entry["size"] / 2**20, 3),
-            "replay_outputs": [{"input": c.input, "output": c.output} for c in replays],
-        }
-    )
+    # The config as it would be saved beside these weights: what serving reads from it.
+    served = config_warnings(ctx.task, state.model)
+    details = {
+        "artifact": entry,
+        "replay_file": replays_entry,
+        "tensors": len(tensors),
+        "size_mb": round(entry["size"] / 2**20, 3),
+        "replay_outputs": [{"input": c.input, "output": c.output} for c in replays],
+        "serving_config": served,
+    }
+    if served:
+        return Outcome(WARN, "; ".join(served), details)
+    return Outcome(details=details)

@@ -23,7 +23,7 @@ import torch
 
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
-from .. import finiteness
+from .. import finiteness, resume_edges
 from ..checkpoint import rest_state, rng_state, set_rng_state, training_state, write_checkpoint
 from ..context import RunContext
 from ..determinism import deterministic
@@ -42,14 +42,18 @@ from ..resume_check import (
 from ..safe_load import UnsafeLoadError
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
-BREAKS = ("scheduler", "data")
+BREAKS = ("scheduler", "data", "epoch")
 FORMATS = {"sharded": "torch.distributed.checkpoint", "full": "torch.save"}
+# An epoch at most this many updates long gets its own resume at the boundary (resume_edges).
+EPOCH_EDGE_MAX_UPDATES = 64
 # Only the first rows of the per-update table go into the record; the checks cover all of them.
 TABLE_ROWS = 64
 
 
 def _break(payload: dict[str, Any], how: str) -> None:
     """Spoil a copy of the checkpoint the way real resumes go wrong (test hook)."""
+    if how == "epoch":
+        return  # spoils the epoch-boundary edge only (resume_edges.skip_next_epoch)
     if how == "scheduler":
         sched = dict(payload["scheduler"])
         sched["last_epoch"], sched["_step_count"] = 0, 1  # the schedule starts over
@@ -299,8 +303,31 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
             raise PhaseFailure(
                 f"resumed on {bad['ranks']} rank(s) from {bad['from_ranks']}: {bad['reason']}", details
             )
+    # In this process only: under torchrun rank 0 alone gets here, and a wrapped state's
+    # collectives would wait for ranks that have left the phase.
+    edges = (
+        resume_edges.edge_cases(
+            ctx.new_state,
+            ctx.task,
+            config,
+            ctx.device,
+            grad_clip,
+            k,
+            n,
+            ctx.spec.batch.num_workers,
+            per_epoch,
+            EPOCH_EDGE_MAX_UPDATES,
+            resume_edges.skip_next_epoch if breaking == "epoch" else None,
+        )
+        if dist_state.world() == 1
+        else []
+    )
+    details["edges"] = edges
+    broken = next((e for e in edges if not e["ok"]), None)
+    if broken is not None:
+        raise PhaseFailure(resume_edges.reason(broken), details)
     notes = []
-    if len(epochs) < 2:
+    if len(epochs) < 2 and not any(e["case"] == "epoch_boundary" for e in edges):
         notes.append(
             f"k + n = {k + n} stays inside one epoch of {per_epoch} updates: the epoch boundary is not "
             "covered (choose k just below a multiple of updates_per_epoch)"
