@@ -18,7 +18,19 @@ from ..session.driver import BadInputError, Session
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
 EXIT_CRASH = 3
-SUBCOMMANDS = ("run", "open", "continue", "archive", "export", "plan", "note", "conclude", "init", "estimate")
+SUBCOMMANDS = (
+    "run",
+    "open",
+    "continue",
+    "archive",
+    "export",
+    "plan",
+    "note",
+    "conclude",
+    "init",
+    "estimate",
+    "agent",
+)
 # `export` is the phase that writes the artifact; the command that archives a record was called
 # `export` before it was `archive`, and still answers to the old name.
 OLD_ARCHIVE_NAME = "export"
@@ -59,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="headless: run the later phases even after a failed stack check",
     )
+    agent = sub.add_parser(
+        "agent",
+        help="on another node of a multi-node campaign: join the dashboard's groups (headless, no record)",
+        add_help=False,
+    )
+    agent.add_argument("rest", nargs=argparse.REMAINDER)
     opn = sub.add_parser("open", help="open the dashboard on a campaign or a saved record (default)")
     opn.add_argument("target", type=Path, nargs="?", default=DEMO_CAMPAIGN, help="campaign spec or record")
     opn.add_argument("--records", type=Path, help="folder for records (default: <campaign dir>/records)")
@@ -106,12 +124,24 @@ def _parser() -> argparse.ArgumentParser:
 
 def _init_parser(sub) -> None:
     ini = sub.add_parser(
-        "init", help="write a runnable campaign for a local Hugging Face model and a JSONL data file"
+        "init",
+        help="write a runnable campaign for a local Hugging Face model and a JSONL data file, "
+        "or for a Trainer script (--trainer train.py -- ARGS)",
+    )
+    ini.add_argument("--model", type=Path, help="local model directory (config, tokenizer, weights)")
+    ini.add_argument("--data", type=Path, help="JSONL data file")
+    ini.add_argument(
+        "--trainer",
+        type=Path,
+        metavar="SCRIPT",
+        help="a transformers Trainer / TRL SFTTrainer script to pilot unchanged; its arguments follow `--`",
     )
     ini.add_argument(
-        "--model", type=Path, required=True, help="local model directory (config, tokenizer, weights)"
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="with --trainer: set for the script"
     )
-    ini.add_argument("--data", type=Path, required=True, help="JSONL data file")
+    ini.add_argument(
+        "script_args", nargs="*", metavar="-- ARGS", help="with --trainer: the script's arguments"
+    )
     ini.add_argument("--out", type=Path, default=Path("campaign.toml"), help="campaign file to write")
     ini.add_argument("--format", choices=("messages", "prompt_completion", "text"), help="default: detected")
     ini.add_argument("--train-on", default="assistant", choices=("assistant", "last_assistant", "all"))
@@ -128,10 +158,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in or (args_in[0] not in SUBCOMMANDS and args_in[0] not in ("-h", "--help", "--version")):
         args_in = ["open", *args_in]
     args = _parser().parse_args(args_in)
+    if args.command == "init" and args.trainer:
+        from .init_trainer import main as init_trainer_main
+
+        return init_trainer_main(args)
     if args.command == "init":
         from .init import main as init_main
 
         return init_main(args)
+    if args.command == "agent":
+        return _agent(args_in[1:])
     try:
         if args.command == "run" and args.headless:
             from .headless import run_headless
@@ -181,6 +217,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("pilot-tui: interrupted; the record holds every phase finished so far", file=sys.stderr)
+        return 130
+
+
+def _agent(argv: list[str]) -> int:
+    """The agent owns torch: it runs as the runner's module, in this process's place."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "pilot_tui.runner.distributed.agent", *argv]
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:
         return 130
 
 

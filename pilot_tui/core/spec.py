@@ -67,6 +67,11 @@ class TaskSpec:
     class_names: list[str] = field(default_factory=list)
     # Extension modules the task imports, checked by the stack phase (R18).
     requires: list[str] = field(default_factory=list)
+    # A Hugging Face Trainer / TRL script piloted unchanged (docs/trainer.md): the script, what
+    # would follow `python train.py` on the command line, and environment variables it reads.
+    trainer_script: str = ""
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -282,6 +287,21 @@ class DistributedSpec:
     allreduce_mb: float = 0.0
     # The steady row warns when waiting for data takes more than this share of an update.
     data_wait_warn: float = 0.10
+    # "sharded" (torch.distributed.checkpoint, each rank its shards) | "full" (the gathered state
+    # dict, one file by rank 0); "": sharded under fsdp, full otherwise (R28).
+    checkpoint: str = ""
+    # Several machines (R28): nnodes × nproc_per_node ranks through torchrun's c10d rendezvous at
+    # rdzv_endpoint ("host:port": the dashboard's node as the other nodes reach it; it hosts the
+    # rendezvous store there). The other nodes run `pilot-tui agent CAMPAIGN --rdzv host:port`.
+    nnodes: int = 1
+    rdzv_endpoint: str = ""
+    # How long the other nodes get to join a group before the phase fails naming them.
+    join_timeout_s: float = 300.0
+
+    @property
+    def world(self) -> int:
+        """Every rank of every node (0 while nproc_per_node is left to the runner)."""
+        return self.nproc_per_node * self.nnodes
 
 
 @dataclass(frozen=True)
@@ -327,6 +347,11 @@ class LoadedSpec:
     def resolve(self, relative: str) -> Path:
         """A path written in the spec is relative to the spec file."""
         return (self.path.parent / relative).resolve()
+
+    def where(self, key: str) -> str:
+        """`FILE: line N: KEY` for a message about a dotted key (the line when it can be found)."""
+        line = _line_of(self.text, key)
+        return f"{self.path}: {f'line {line}: ' if line else ''}{key}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,7 +489,13 @@ def _check(spec: CampaignSpec) -> None:
         "campaign.name",
         f"{len(spec.campaign.name)} characters; at most {MAX_NAME} (it names the record file)",
     )
-    need(bool(t.builtin) != bool(t.file), "task", "set exactly one of task.builtin or task.file")
+    sources = [x for x in (t.builtin, t.file, t.trainer_script) if x]
+    need(len(sources) == 1, "task", "set exactly one of task.builtin or task.file (or task.trainer_script)")
+    if t.trainer_script:
+        _check_trainer(spec)
+    else:
+        need(not t.args, "task.args", "only a task.trainer_script takes command-line arguments")
+        need(not t.env, "task.env", "only a task.trainer_script takes environment variables")
     need(t.group_kind in GROUP_KINDS, "task.group_kind", f"must be one of {', '.join(GROUP_KINDS)}")
     need(len(set(t.class_names)) == len(t.class_names), "task.class_names", "a name is used twice")
     need(all(r.strip() for r in t.requires), "task.requires", "a module name is empty")
@@ -534,6 +565,10 @@ def _check(spec: CampaignSpec) -> None:
         for name, value in v.values.items():
             why = dimensions.problem(dimensions.by_name(name), value)
             need(why is None, f"{key}.{name}", why or "")
+        if t.trainer_script:
+            # The control's batch is the trainer's own, known once the script is captured.
+            need(bool(v.values), key, f"variant {v.id!r} changes nothing from the control")
+            continue
         # A dimension set to the control's own value changes nothing either (a duplicate measurement).
         changes = [
             value != dimensions.control_value(spec, dimensions.by_name(name))
@@ -613,6 +648,72 @@ def _check_rental(p: PlanSpec) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# A trainer script: its own arguments decide the batch, the optimizer and the splits.
+
+# Sections a trainer campaign takes from the captured trainer instead: each is refused with why.
+TRAINER_OWNS = {
+    "split": "the script's train_dataset and eval_dataset are the splits",
+    "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
+    "fit_search": "a fit search on a captured trainer is not supported yet",
+    "distributed": "a captured trainer runs on one process for now",
+}
+# Batch keys a trainer campaign may still set: where it runs.
+TRAINER_BATCH_KEYS = ("device",)
+# What a memory variant of a captured trainer may change: what `trainer.args` takes in place.
+# Precision, max length and the strategy are fixed when the script builds its trainer.
+TRAINER_VARIANT_KEYS = ("id", "microbatch", "accumulation", "activation_checkpointing")
+
+
+def _check_trainer(spec: CampaignSpec) -> None:
+    t = spec.task
+    for key in ("file", "function", "options", "group_key"):
+        default = getattr(TaskSpec(), key)
+        if getattr(t, key) != default:
+            raise _KeyError(f"task.{key}", "not used with task.trainer_script (the script builds everything)")
+    if not t.trainer_script.endswith(".py"):
+        raise _KeyError("task.trainer_script", f"must name a Python file, got {t.trainer_script!r}")
+    for name, value in t.env.items():
+        # Named by the table's key: an inline table's own keys have no line of their own.
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise _KeyError("task.env", f"{name!r} is not a valid environment variable name")
+        if "\0" in value:
+            raise _KeyError("task.env", f"the value of {name} holds a NUL character")
+
+
+def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """A trainer campaign's raw tables before typing: sections the trainer owns are refused and
+    `[batch]` gets placeholders the runner replaces with the trainer's own figures."""
+    task = raw.get("task")
+    if not isinstance(task, dict) or not task.get("trainer_script"):
+        return raw
+    for section, why in TRAINER_OWNS.items():
+        if section in raw and not (
+            section == "distributed" and raw[section].get("strategy", "none") == "none"
+        ):
+            raise _KeyError(section, f"not used with task.trainer_script: {why}")
+    variants = raw.get("variants", [])
+    for i, v in enumerate(variants if isinstance(variants, list) else []):
+        for key in v if isinstance(v, dict) else {}:
+            if key not in TRAINER_VARIANT_KEYS:
+                raise _KeyError(
+                    f"variants[{i}].{key}",
+                    "a captured trainer's variant changes only microbatch, accumulation or "
+                    "activation_checkpointing (the rest is fixed when the script builds its trainer)",
+                )
+    batch = raw.get("batch", {})
+    if not isinstance(batch, dict):
+        raise _KeyError("batch", f"expected a table, got {_describe(batch)}")
+    for key in batch:
+        if key not in TRAINER_BATCH_KEYS:
+            raise _KeyError(
+                f"batch.{key}",
+                "not used with task.trainer_script: the batch is the trainer's arguments "
+                "(per_device_train_batch_size, gradient_accumulation_steps, max_steps)",
+            )
+    return raw | {"batch": {"microbatch": 1, "updates": 1, **batch}}
+
+
+# --------------------------------------------------------------------------------------------
 # [distributed]: kept in one block so the world-size rule lives in one place.
 
 
@@ -628,6 +729,16 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
     need(d.timeout_s > 0, "distributed.timeout_s", "must be > 0")
     need(d.allreduce_mb >= 0, "distributed.allreduce_mb", "must be ≥ 0 (0 = the default size)")
     need(0 < d.data_wait_warn <= 1, "distributed.data_wait_warn", "must be a share in (0, 1]")
+    need(d.checkpoint in ("", "sharded", "full"), "distributed.checkpoint", "must be 'sharded' or 'full'")
+    need(d.nnodes >= 1, "distributed.nnodes", "must be ≥ 1")
+    need(d.join_timeout_s > 0, "distributed.join_timeout_s", "must be > 0")
+    if d.nnodes > 1:
+        need(d.strategy != "none", "distributed.nnodes", "several nodes need strategy ddp or fsdp")
+        need(
+            endpoint_ok(d.rdzv_endpoint),
+            "distributed.rdzv_endpoint",
+            "must be 'host:port' (this node's address as the other nodes reach it) when nnodes > 1",
+        )
     need(b.num_workers >= 0, "batch.num_workers", "must be ≥ 0")
     if d.strategy == "none":
         need(
@@ -635,11 +746,12 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
         )
         need(b.replicas == 1, "batch.replicas", "replicas > 1 needs [distributed] strategy = 'ddp' or 'fsdp'")
     elif d.nproc_per_node:
+        nodes = f" × nnodes {d.nnodes}" if d.nnodes > 1 else ""
         need(
-            b.replicas == d.nproc_per_node or not replicas_declared,
+            b.replicas == d.world or not replicas_declared,
             "batch.replicas",
-            f"is {b.replicas} but distributed.nproc_per_node is {d.nproc_per_node}: replicas is the world "
-            "size (leave it out, or make them equal)",
+            f"is {b.replicas} but distributed.nproc_per_node is {d.nproc_per_node}{nodes}: replicas is the "
+            "world size (leave it out, or make them equal)",
         )
     for i, v in enumerate(spec.variants):
         if v.get("strategy"):
@@ -650,13 +762,18 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
 def _resolve_world(spec: CampaignSpec) -> CampaignSpec:
     """batch.replicas becomes the world size: nproc_per_node when only that is declared."""
     d = spec.distributed
-    if d.strategy != "none" and d.nproc_per_node and spec.batch.replicas != d.nproc_per_node:
-        return dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, replicas=d.nproc_per_node))
+    if d.strategy != "none" and d.nproc_per_node and spec.batch.replicas != d.world:
+        return dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, replicas=d.world))
     if d.strategy != "none" and not d.nproc_per_node and spec.batch.replicas > 1:
-        return dataclasses.replace(
-            spec, distributed=dataclasses.replace(d, nproc_per_node=spec.batch.replicas)
-        )
+        per_node = max(1, spec.batch.replicas // d.nnodes)
+        return dataclasses.replace(spec, distributed=dataclasses.replace(d, nproc_per_node=per_node))
     return spec
+
+
+def endpoint_ok(endpoint: str) -> bool:
+    """'host:port' with a port in 1..65535 (an IPv6 host in brackets: '[::1]:29400')."""
+    host, sep, port = endpoint.rpartition(":")
+    return bool(sep and host.strip("[]") and port.isdigit() and 0 < int(port) < 65536)
 
 
 def _check_limit_name(name: str, phases: tuple[str, ...]) -> None:
@@ -685,6 +802,13 @@ def _line_of(text: str, key: str) -> int | None:
             path = table + [p.strip('"') for p in match.group(1).split(".")]
             if path == parts or (len(parts) > len(table) and path[: len(parts)] == parts):
                 return number
+            # An inline table (`options = { n = 1 }`): the line that opens it and names the key.
+            if (
+                len(path) < len(parts)
+                and parts[: len(path)] == path
+                and re.search(rf"\b{re.escape(parts[-1])}\s*=", line)
+            ):
+                return number
     # Fall back to the table itself (e.g. a missing key: point at its section).
     for number, line in enumerate(text.splitlines(), start=1):
         header = re.fullmatch(r"\[\[?\s*([^\]]+?)\s*\]\]?", line.strip())
@@ -702,7 +826,7 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
     except RecursionError:
         raise SpecError(f"{path}: arrays or tables nested too deeply to be a campaign") from None
     try:
-        spec = _build(CampaignSpec, _new_names(raw), "")
+        spec = _build(CampaignSpec, _trainer_raw(_new_names(raw)), "")
         _check(spec)
         _check_distributed(spec, "replicas" in raw.get("batch", {}))
         spec = _resolve_world(spec)
@@ -771,4 +895,9 @@ def load_spec(path: str | Path) -> LoadedSpec:
         line = _line_of(text, "task.file")
         where = f"line {line}: " if line else ""
         raise SpecError(f"{p}: {where}task.file: no such file {loaded.spec.task.file!r}")
+    script = loaded.spec.task.trainer_script
+    if script and not loaded.resolve(script).is_file():
+        line = _line_of(text, "task.trainer_script")
+        where = f"line {line}: " if line else ""
+        raise SpecError(f"{p}: {where}task.trainer_script: no such file {script!r}")
     return loaded

@@ -54,10 +54,16 @@ class RunContext:
     # Called while a phase waits on something that lives (a fresh process): on a rank of a
     # process group it tells the runner this rank is not hung (distributed/rank.py).
     heartbeat: Callable[[], None] = field(default=lambda: None)
+    # A campaign on a captured Hugging Face trainer (runner/trainer/): the adapter holding it, and
+    # the phase bodies that run on its own parts instead of the registered ones.
+    adapter: Any = None
+    bodies: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         s = self.loaded.spec
-        if s.split.field:
+        if self.adapter is not None:
+            self.splits = self.adapter.splits()  # the script's own train and eval datasets
+        elif s.split.field:
             self.splits = field_split(self.task.examples, s.split.field)
         else:
             ratios = {"train": s.split.train, "validation": s.split.validation, "test": s.split.test}

@@ -67,6 +67,18 @@ def release_cache(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def forget_peaks(device: torch.device) -> None:
+    """Drop what a check inside a phase allocated from the phase's peaks: its blocks go back to
+    the driver and the high-water marks start again from here (the lifetime counts are kept).
+    `first_step`'s objective checks run before the update; the row's peaks are the update's."""
+    synchronize(device)
+    release_cache(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        _reset_peak_rss()
+
+
 class MemoryProbe:
     """Start at a phase boundary, stop at the next; `stop()` returns the phase's counters in MiB.
 

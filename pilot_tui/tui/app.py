@@ -69,6 +69,7 @@ from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_vari
 
 PANES = ("gates", "batch", "counters", "board", "plan")
 REDRAW_S = 0.1  # a step starting or ending is drawn within 0.1 s
+STARTING = "starting the runner…"
 LIVE_S = 0.5  # live figures (progress, counters, curves) redraw at most twice a second
 NVML_PERIOD_S = 0.5
 CPU_PERIOD_S = 1.0
@@ -217,7 +218,7 @@ class PilotApp(App[int]):
                 key=step.key, label=step.label, phase=step.phase, variant=step.variant
             )
         self._show_continued_record()
-        self.status_text = "starting the runner…"
+        self.status_text = STARTING
         self.started_at = time.monotonic()
 
     def _show_continued_record(self) -> None:
@@ -482,7 +483,11 @@ class PilotApp(App[int]):
             parts.append(f"running {g.label}" + (f" {g.done}/{g.total}" if g.total and progress else ""))
         if queued:
             parts.append(f"{queued} queued")
-        if self.status_text:
+        if self.status_text == STARTING:
+            # Opening can take minutes (a large dataset tokenised, a script's dataset.map).
+            waited = time.monotonic() - self.started_at
+            parts.append(f"opening the campaign: the runner builds the task ({waited:.0f} s)")
+        elif self.status_text:
             parts.append(self.status_text)
         return " · ".join(parts)
 

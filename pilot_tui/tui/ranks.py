@@ -47,8 +47,12 @@ def rank_table(ranks: Sequence[Mapping[str, Any]]) -> Table:
         wait = entry.get("data_wait_share")
         state = entry.get("state_mb")
         nvml = entry.get("nvml_used_mb")
+        # Several nodes: which machine the rank is on ("node 1 · 3"), the first thing to look at.
+        who = str(entry.get("rank", "?"))
+        if "node" in entry:
+            who = f"node {entry['node']} · {who}"
         table.add_row(
-            str(entry.get("rank", "?")),
+            who,
             Text(verdict, style=STYLES.get(verdict, "")),
             f"{peak:.1f} MiB" if peak is not None else "n/a",
             Text(_bar(peak, top), style="red" if peak == top and len(ranks) > 1 else "cyan"),

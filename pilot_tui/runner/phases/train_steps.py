@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -9,10 +10,12 @@ from typing import Any
 
 import torch
 
+from ...analysis import rank_data
 from ...analysis.step_time import MeanInterval, mean_interval, updates_needed
-from .. import finiteness
+from .. import finiteness, objective_gate
 from ..context import RunContext
-from ..probes import synchronize
+from ..distributed import state as dist_state
+from ..probes import forget_peaks, synchronize
 from ..steady_timing import (
     PROGRESS_PERIOD_S,
     LossTap,
@@ -116,6 +119,27 @@ def load_details(before: float | None, after: float | None) -> dict[str, float |
 MAX_SCALER_SKIPS = 32
 
 
+def example_key(example: Any) -> str:
+    """An example's id, or a hash of its fields when it has none: an index would call two
+    differently ordered datasets the same."""
+    if "id" in example:
+        return str(example["id"])
+    return hashlib.sha256(repr(sorted(example.items())).encode()).hexdigest()[:16]
+
+
+def _same_split_on_every_rank(ctx: RunContext) -> None:
+    """Under torchrun every rank builds its task and its split on its own: they must agree."""
+    if dist_state.world() < 2:
+        return
+    ids = [example_key(ex) for ex in ctx.task.examples]
+    mine = rank_data.split_digest(ctx.splits, ids)
+    digests: list[str] = [""] * dist_state.world()
+    torch.distributed.all_gather_object(digests, mine)
+    problem = rank_data.split_mismatch(digests)
+    if problem:
+        raise PhaseFailure(problem, {"split_digests": digests})
+
+
 @phase("first_step")
 def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
@@ -123,7 +147,15 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     if state.step != 0:  # the first step must be a real first step: fresh optimizer state
         ctx.states.pop(variant)
         state = ctx.state(variant, ctx.config(variant, run.overrides))
-    stats = _update(ctx, run, state)
+    _same_split_on_every_rank(ctx)
+    micro = state.sampler.next_update()
+    # From the state before the update: the same examples regrouped, and the task's own loss.
+    checks = {
+        "accumulation_check": objective_gate.accumulation(state, ctx.task, micro, ctx.device),
+        "reference_loss": objective_gate.reference(state, ctx.task, micro, ctx.device),
+    }
+    forget_peaks(ctx.device)  # the row's memory is the update's, not the checks'
+    stats = _update(ctx, run, state, micro)
     # fp16: an overflow at the initial scale makes GradScaler skip the optimizer step and back off.
     # That is its design, not a fault, but then no optimizer state exists yet: repeat until a real
     # step is taken, so this phase measures what a first step allocates (R5, R11).
@@ -160,10 +192,18 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure(
             "the first update has no supervised target: the loss reads 0 while it means nothing", details
         )
+    details |= {name: objective_gate.public(c) for name, c in checks.items()}
+    accumulated = checks["accumulation_check"]
+    if accumulated["ran"] and not accumulated["_result"].ok:
+        raise PhaseFailure(accumulated["message"], details)
     found = gradless(state.model)
     details |= found
-    if found["gradless_parameters"]:
-        return Outcome(WARN, _gradless_reason(found), details)
+    warnings = [_gradless_reason(found)] if found["gradless_parameters"] else []
+    ref = checks["reference_loss"]
+    if ref["ran"] and not ref["_result"].ok:
+        warnings.append(ref["message"])
+    if warnings:
+        return Outcome(WARN, "; ".join(warnings), details)
     return Outcome(details=details)
 
 

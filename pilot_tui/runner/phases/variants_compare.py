@@ -110,7 +110,9 @@ def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
             breakdown["saved_activations_note"] = f"not measured: {exception_line(exc)}"[:200]
     else:
         breakdown["memory_note"] = (
-            "no training state left to measure (the variant failed before building one)"
+            "a captured trainer's memory is not broken down yet (weights, gradients, optimizer state)"
+            if ctx.adapter is not None
+            else "no training state left to measure (the variant failed before building one)"
         )
     breakdown["accumulation_note"] = vmath.ACCUMULATION_NOTE
     question = same_question(
