@@ -123,7 +123,12 @@ class OptimSpec:
 class PhasesSpec:
     """Sizes of the engine phases."""
 
+    # The fewest timed steady updates; steady then times more until the 95 % interval of the mean
+    # step time is within ±steady_precision of it (0: exactly steady_updates), or until
+    # steady_budget_s of timing has passed (never more than half the phase's time_s ceiling).
     steady_updates: int = 10
+    steady_precision: float = 0.03
+    steady_budget_s: float = 10.0
     eval_microbatch: int = 0
     skip: list[str] = field(default_factory=list)
 
@@ -526,6 +531,12 @@ def _check(spec: CampaignSpec) -> None:
     need(o.schedule in SCHEDULES, "optim.schedule", f"must be one of {', '.join(SCHEDULES)}")
     need(o.grad_clip >= 0, "optim.grad_clip", "must be ≥ 0 (0 = no clipping)")
     need(spec.phases.steady_updates >= 1, "phases.steady_updates", "must be ≥ 1")
+    need(
+        0 <= spec.phases.steady_precision < 1,
+        "phases.steady_precision",
+        "must be a fraction of the mean step time in [0, 1), e.g. 0.03 for ±3 % (0 times exactly steady_updates)",
+    )
+    need(spec.phases.steady_budget_s >= 0, "phases.steady_budget_s", "must be ≥ 0 seconds")
     need(spec.phases.eval_microbatch >= 0, "phases.eval_microbatch", "must be ≥ 0")
     known = phase_table.names()
     for name in spec.phases.skip:

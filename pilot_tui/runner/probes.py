@@ -13,6 +13,7 @@ exclusive-process mode, or held by another job, it raises.
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -182,4 +183,16 @@ def live_counters(device: torch.device) -> dict[str, float]:
             "peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MIB,
             "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MIB,
         }
-    return {"rss_mb": psutil.Process().memory_info().rss / MIB}
+    return {"rss_mb": _own_process().memory_info().rss / MIB}
+
+
+_PROCESS: psutil.Process | None = None
+
+
+def _own_process() -> psutil.Process:
+    """This process's psutil handle, made once (making one reads /proc each time; the counters
+    thread asks twice a second while a phase runs)."""
+    global _PROCESS
+    if _PROCESS is None or _PROCESS.pid != os.getpid():  # a forked child gets its own
+        _PROCESS = psutil.Process()
+    return _PROCESS

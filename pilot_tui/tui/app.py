@@ -173,6 +173,7 @@ class PilotApp(App[int]):
         self.history_label = "nothing sampled yet"
         self.status_text = ""
         self._last_status = ""
+        self._last_coarse = ""  # the status line without the running step's count
         self.campaign_keys: set[str] = set()
         self.dirty: set[str] = set(PANES)
         # Panes to draw at the next tick; the others (live figures only) at most every LIVE_S.
@@ -396,8 +397,14 @@ class PilotApp(App[int]):
                 self._draw(pane)
                 self.drawn_at[pane] = now
             line = self._status_line()
-            if line != self._last_status:
-                self._last_status = line
+            # A step starting or ending shows at the next tick; a running step's count moves many
+            # times a second and is a live figure: at most every LIVE_S, like the panes.
+            coarse = self._status_line(progress=False)
+            if line != self._last_status and (
+                coarse != self._last_coarse or now - self.drawn_at.get("status", 0.0) >= LIVE_S
+            ):
+                self._last_status, self._last_coarse = line, coarse
+                self.drawn_at["status"] = now
                 # One line, cut with "…": a wrapped status would hide its end silently.
                 self.status_bar.update(
                     Text(clean(line), no_wrap=True, overflow="ellipsis"), layout=False
@@ -464,7 +471,7 @@ class PilotApp(App[int]):
             runs.setdefault(run_id, live)
         return list(runs.values())
 
-    def _status_line(self) -> str:
+    def _status_line(self, progress: bool = True) -> str:
         if self.saved is not None:
             return self.status_text
         done = sum(1 for g in self.gates.values() if g.finished)
@@ -473,7 +480,7 @@ class PilotApp(App[int]):
         parts = [f"{done}/{len(self.gates)} steps done"]
         if running:
             g = running[0]
-            parts.append(f"running {g.label}" + (f" {g.done}/{g.total}" if g.total else ""))
+            parts.append(f"running {g.label}" + (f" {g.done}/{g.total}" if g.total and progress else ""))
         if queued:
             parts.append(f"{queued} queued")
         if self.status_text == STARTING:

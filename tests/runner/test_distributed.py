@@ -35,7 +35,11 @@ def distributed_campaign(folder: Path) -> Path:
     raw = deep_merge(
         raw,
         {
-            "phases": {"skip": ["inspect", "split", "overfit", "lr_run"], "steady_updates": 3},
+            "phases": {
+                "skip": ["inspect", "split", "overfit", "lr_run"],
+                "steady_updates": 3,
+                "steady_budget_s": 1.0,
+            },
             "distributed": {
                 "strategy": "ddp",
                 "nproc_per_node": WORLD,

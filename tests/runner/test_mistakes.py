@@ -49,7 +49,8 @@ def campaign(folder: Path, file: str, options: dict[str, Any] | None = None, **s
         "campaign": {"name": file.replace("_", "-")},
         "task": {"file": str(MISTAKES / f"{file}.py"), "options": options or {}},
         "batch": {"microbatch": 4, "accumulation": 1, "device": "cpu", "hold": "updates", "updates": 40},
-        "phases": {"steady_updates": 4},
+        # steady times at least 4 updates, then to its precision for at most a second.
+        "phases": {"steady_updates": 4, "steady_budget_s": 1.0},
     }
     for name, values in sections.items():
         raw[name] = raw.get(name, {}) | values
@@ -298,7 +299,7 @@ def test_a_model_that_turns_nan_is_said_so_in_every_later_phase(tmp_path):
         tmp_path / "nan",
         "model_nan",
         {"nan_every": 19},
-        phases={"steady_updates": 8},
+        phases={"steady_updates": 8, "steady_precision": 0.0},  # exactly 8: the reason counts them
         resume={"k": 4, "n": 5},
     )
     assert run(ctx, "first_step")["verdict"] == "pass"
@@ -321,7 +322,12 @@ def test_a_model_that_turns_nan_is_said_so_in_every_later_phase(tmp_path):
     resume = run(ctx, "resume")
     assert "is not finite (its loss is non-finite from update" in resume["reason"], resume["reason"]
     assert "differ" not in resume["reason"] + final["reason"]
-    twin = context(tmp_path / "finite", "model_nan", {"nan_every": 0}, phases={"steady_updates": 8})
+    twin = context(
+        tmp_path / "finite",
+        "model_nan",
+        {"nan_every": 0},
+        phases={"steady_updates": 8, "steady_precision": 0.0},
+    )
     for phase in ("first_step", "steady", "save", "export"):
         row = run(twin, phase)
         assert row["verdict"] in ("pass", "warn") and "finite" not in row["reason"], (phase, row["reason"])

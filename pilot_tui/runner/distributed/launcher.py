@@ -226,6 +226,11 @@ def merge_rows(
         if per:
             # The ranks step together: the slowest one sets the pace the plan must use.
             details[key] = max(per)
+    timed = [r for r in rows if "step_s_mean" in rows[r].get("details", {})]
+    if timed:
+        # The interval is the slowest rank's: the one whose pace the plan uses.
+        slowest = rows[max(timed, key=lambda r: rows[r]["details"]["step_s_mean"])]["details"]
+        details |= {k: v for k, v in slowest.items() if k.startswith("step_s_") or k == "runqueue_share"}
     for key in ("examples_per_s", "tokens_per_s", "written_mb"):
         per = [rows[r]["details"].get(key) for r in rows if key in rows[r].get("details", {})]
         if per:
