@@ -18,6 +18,7 @@ from typing import Any
 
 import tomli_w
 
+from ..core.atomic import write_text_atomic
 from ..tasks import hf_chat, hf_model
 from ..tasks.hf_data import (
     TRAIN_ON,
@@ -422,10 +423,7 @@ def init_campaign(
         bf16=_bf16_native(),
     )
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
+        write_text_atomic(out, text)
     except OSError as exc:
         raise InitError(f"{out}: cannot write the campaign: {exc.strerror or exc}") from None
     return out, found

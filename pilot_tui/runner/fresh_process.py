@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..core.atomic import write_atomic, write_text_atomic
 from ..core.hashing import sha256_file
 from ..core.reasons import exception_line, first_line
 from .context import RunContext
@@ -223,7 +224,7 @@ def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str,
     """Tensors to safetensors, everything else to JSON naming the tensors file and its sha256."""
     from safetensors.torch import save_file
 
-    from .checkpoint import _atomic, detached_copies
+    from .checkpoint import detached_copies
     from .distributed import state as dist_state
 
     if not dist_state.is_rank0():  # one result per process group
@@ -231,7 +232,7 @@ def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str,
     out_dir.mkdir(parents=True, exist_ok=True)
     tensor_path = out_dir / "tensors.safetensors"
     plain = detached_copies(tensors)  # tied weights share memory: safetensors needs copies
-    _atomic(tensor_path, lambda tmp: save_file(plain, tmp))
+    write_atomic(tensor_path, lambda tmp: save_file(plain, tmp))
     body = dict(result) | {
         "tensors": {
             "path": str(tensor_path),
@@ -240,7 +241,7 @@ def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str,
         }
     }
     text = json.dumps(body)
-    _atomic(out_dir / RESULT_FILE, lambda tmp: Path(tmp).write_text(text))
+    write_text_atomic(out_dir / RESULT_FILE, text)
 
 
 def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:

@@ -23,10 +23,7 @@ from typing import Any
 import torch
 
 from ..analysis.checks import (
-    FAIL,
-    PASS,
     SHOW_IDS,
-    WARN,
     Check,
     CheckResult,
     listing,
@@ -34,6 +31,7 @@ from ..analysis.checks import (
     pct,
     verdict_of,
 )
+from ..core.verdict import FAIL, PASS, WARN
 from ..tasks.contract import CAUSAL_LM, Batch, Task
 
 # Examples collated per batch when scanning the whole dataset.

@@ -31,6 +31,8 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from ...core.verdict import FAIL
+
 POLL_S = 0.05
 START_GRACE_S = 180.0  # interpreter + torch import on every rank, on a loaded machine
 FAILED_GRACE_S = 3.0  # once one rank failed, how long the others get to report before teardown
@@ -352,7 +354,7 @@ def _restore(value: Any) -> Any:
 
 
 def _failed(result: dict[str, Any]) -> bool:
-    return "error" in result or result.get("row", {}).get("verdict") == "fail"
+    return "error" in result or result.get("row", {}).get("verdict") == FAIL
 
 
 def _failure_line(result: dict[str, Any]) -> str:

@@ -17,7 +17,9 @@ from ...core import phase_table
 from ...core.events import PhaseFinished, PhaseStarted, RunnerError
 from ...core.reasons import exception_line
 from ...core.reasons import first_line as message_line
+from ...core.rows import phase_row
 from ...core.steps import Step
+from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict
 from .. import probes
 from ..context import Cancelled, RunContext
 from ..cuda_fault import POISONED, first_line, is_sticky
@@ -26,7 +28,6 @@ from ..faults import disk_full_reason, is_cpu_oom, is_disk_full
 from ..oom import is_oom
 from ..probes import MemoryProbe
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
 # ctx.memo key set when a step poisoned the CUDA context: the runner ends after that row.
 POISONED_KEY = "cuda_poisoned"
 
@@ -44,10 +45,12 @@ class PhaseFailure(Exception):
 class Outcome:
     """What a phase body returns: its verdict, why, and what the row should show."""
 
-    verdict: str = PASS
+    verdict: Verdict = PASS
     reason: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    # Stopped by a cancel: the row says so (`cancelled = true`) and the step runs again.
+    cancelled: bool = False
 
 
 @dataclass
@@ -197,18 +200,19 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         shape = f" on input {run.current_input}" if run.current_input else ""
         outcome.verdict, outcome.reason = FAIL, f"{over} in {step.phase}{shape}"
         outcome.details.setdefault("input", run.current_input)
-    row = {
-        "name": step.phase,
-        "step": step.key,
-        "variant": step.variant,
-        "verdict": outcome.verdict,
-        "reason": outcome.reason or ("all checks passed" if outcome.verdict == PASS else ""),
-        "started": started,
-        "duration_s": round(seconds, 4),
-        "params": run.params | outcome.params,
-        "memory": memory,
-        "details": outcome.details,
-    }
+    row = phase_row(
+        name=step.phase,
+        step=step.key,
+        variant=step.variant,
+        verdict=outcome.verdict,
+        reason=outcome.reason,
+        started=started,
+        duration_s=seconds,
+        params=run.params | outcome.params,
+        memory=memory,
+        details=outcome.details,
+        cancelled=outcome.cancelled,
+    )
     ctx.rows.append(row)
     ctx.emit(PhaseFinished(step=step.key, row=row))
     if poison is None:
@@ -250,7 +254,7 @@ def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outco
         # Stopped while it ran, not judged after (R24): the row says it hung, and where.
         return Outcome(FAIL, f"hung: {exc} in {run.step.phase}{shape}; stopped at the deadline", where)
     if isinstance(exc, Cancelled):
-        return Outcome(FAIL, "cancelled by the user", where)
+        return Outcome(FAIL, CANCELLED_BY_USER, where, cancelled=True)
     if isinstance(exc, PhaseFailure):
         return Outcome(FAIL, exc.reason, exc.details | where)
     if is_disk_full(exc, ctx.work_dir):

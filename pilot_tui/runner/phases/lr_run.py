@@ -21,17 +21,18 @@ from typing import Any
 import torch
 
 from ...analysis.board import best_validation, parse_run_name
+from ...core.atomic import write_text_atomic
 from ...core.events import RecordUpdate, RunUpdate
 from ...core.hashing import artifact_entry
 from ...core.phase_table import lr_run_name
 from ...core.reasons import exception_line
-from ...core.record import write_atomic
 from ...core.spec import LRBoardSpec, StopSpec
+from ...core.verdict import FAIL, PASS, WARN
 from ...tasks.contract import CAUSAL_LM, Batch
 from .. import objective
 from ..context import Cancelled, RunContext
 from ..training import TrainConfig, TrainState, autocast, collate, train_update
-from .base import FAIL, PASS, WARN, Outcome, PhaseFailure, PhaseRun, phase
+from .base import Outcome, PhaseFailure, PhaseRun, phase
 
 # Overrides an LR run accepts. The session adds `attempt` and `retry_of` (it sees the record);
 # `lr` and `seed` must agree with the run's name; the others may change only how the same
@@ -221,7 +222,7 @@ def predictions(ctx: RunContext, state: TrainState, run_id: str) -> dict[str, An
     # One input per line: readable in a terminal, diffable between runs.
     head = json.dumps({k: v for k, v in out.items() if k != "items"})[:-1]
     items = ",\n".join(json.dumps(item) for item in out["items"])
-    write_atomic(path, f'{head}, "items": [\n{items}\n]}}\n')
+    write_text_atomic(path, f'{head}, "items": [\n{items}\n]}}\n')
     return artifact_entry(path, "run_predictions", format="json")
 
 

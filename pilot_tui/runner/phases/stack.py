@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
+from ...core.verdict import FAIL, PASS, WARN
 from ..context import RunContext
 from ..environment import gpus
-from .base import FAIL, PASS, WARN, Outcome, PhaseRun, phase
+from .base import Outcome, PhaseRun, phase
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Kernels that exist only in CUDA builds: on CPU they are "not applicable", not "broken".

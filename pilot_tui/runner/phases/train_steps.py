@@ -11,11 +11,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ...core.verdict import WARN
 from .. import finiteness
 from ..context import RunContext
 from ..probes import synchronize
 from ..training import TrainState, UpdateStats, train_update
-from .base import WARN, Outcome, PhaseFailure, PhaseRun, finite, phase
+from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
 from .load import tensor_mb
 
 

@@ -15,6 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ...core.rows import PhaseRow
 from ..state import fmt_value
 
 TOKEN_STYLES = {
@@ -83,14 +84,13 @@ def checks_table(checks: list[dict[str, Any]]) -> Table:
     return table
 
 
-def render_inspect(row: dict[str, Any] | None) -> RenderableType:
+def render_inspect(row: PhaseRow | None) -> RenderableType:
     """The inspect row: tokens coloured by role, each example's summary and flags, the checks."""
-    if not row:
+    if row is None:
         return Text(NO_INSPECT, style="dim")
-    details = dict(row.get("details") or {})
-    verdict = str(row.get("verdict", "?"))
+    details = dict(row.details)
     parts: list[RenderableType] = [
-        Text(f"inspect: {verdict} — {row.get('reason', '')}", style=VERDICT_STYLES.get(verdict, "bold")),
+        Text(f"inspect: {row.verdict} — {row.reason}", style=VERDICT_STYLES.get(row.verdict, "bold")),
     ]
     checks = details.pop("checks", None) or []
     if checks:
@@ -146,5 +146,5 @@ class BatchPane(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(Text(NO_INSPECT, style="dim"), id="batch-body")
 
-    def show(self, row: dict[str, Any] | None) -> None:
+    def show(self, row: PhaseRow | None) -> None:
         self.query_one("#batch-body", Static).update(render_inspect(row))
