@@ -21,7 +21,9 @@ from ..core.accounting import account
 from ..core.record import Record, RecordError
 from ..core.rows import BASIS_CPU, BASIS_CUDA, PhaseRow, StepKey, newest_by_key, num, number, read_rows
 from ..core.spec import CampaignSpec, SpecError, parse_spec
+from ..core.steps import campaign_steps
 from ..core.text import one_line
+from .memory_estimate import plan_view, plan_view_lines
 
 DAY_S = 86_400.0
 PACKAGES = (3, 7, 30)
@@ -600,8 +602,6 @@ def compute_plan(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def estimate_view(data: Mapping[str, Any]) -> dict[str, Any]:
     """`estimate`: the fake-tensor estimate beside the measurement, and its rental (R23)."""
-    from .memory_estimate import plan_view
-
     view = plan_view(data)
     return {"estimate": view} if view else {}
 
@@ -676,8 +676,6 @@ def plan_lines(plan: Mapping[str, Any]) -> list[str]:
         lines.append(f"  not planned: {n['id']} ({n['cause']}): {n['reason']}")
     for a in p["assumptions"]:
         lines.append(f"  assumes: {a}")
-    from .memory_estimate import plan_view_lines
-
     return lines + plan_view_lines(plan.get("estimate"))
 
 
@@ -864,8 +862,6 @@ def provisional_plan(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _planned_steps(data: Mapping[str, Any]) -> list[str]:
-    from ..core.steps import campaign_steps
-
     return [s.key for s in campaign_steps(spec_of(data))]
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
+from ..analysis.plan import summary_lines
 from ..core import phase_table
 from ..core.events import PhaseFinished, PhaseProgress, PhaseStarted, RunnerError, WireMessage
 from ..core.rows import PhaseRow
@@ -299,8 +300,6 @@ def plan_summary(plan: dict) -> list[str]:
     """The plan's few summary lines (the record's `[plan]` holds the whole sheet and package)."""
     if "error" in plan:
         return [f"plan: could not be computed: {plan['error']}"]
-    from ..analysis.plan import summary_lines
-
     # The caveats first: a plan measured on the CPU or on a busy machine must say so here too.
     return [f"plan: ! {c}" for c in plan.get("caveats") or []] + summary_lines(plan)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -383,7 +384,7 @@ def render(
 
 def _bf16_native() -> bool:
     try:
-        import torch
+        import torch  # the only use of torch in the commands: whether this machine has bf16
 
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     except Exception:
@@ -431,8 +432,6 @@ def init_campaign(
 
 def main(args: Any) -> int:
     """The `init` subcommand; returns the exit code."""
-    import sys
-
     try:
         path, found = init_campaign(
             args.model,

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import save_file
+
 from ..core.atomic import write_atomic
 from .replay import ReplayOutput
 from .safe_load import load_tensors_and_metadata
@@ -21,7 +23,6 @@ FIELDS = ("input", "output", "ids", "how", "error")
 
 def save_replays(replays: Sequence[ReplayOutput], path: Path) -> None:
     """Write the outputs atomically: logits as `logits/<i>`, the other fields as metadata."""
-    from safetensors.torch import save_file
 
     tensors = {
         f"logits/{i}": c.logits.detach().cpu().contiguous()

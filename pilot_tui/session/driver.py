@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import default_records_dir
 from ..analysis import board
+from ..analysis.plan import compute_plan
 from ..core.atomic import sweep_stale_temp_files
 from ..core.events import (
     BadInput,
@@ -34,6 +35,7 @@ from ..core.events import (
     WireMessage,
 )
 from ..core.hashing import sha256_file
+from ..core.reasons import first_line
 from ..core.record import LIST_SECTIONS, Record, new_record_id
 from ..core.rows import PhaseRow, phase_row, read_rows
 from ..core.spec import LoadedSpec, load_spec
@@ -102,11 +104,6 @@ def check_records_dir(folder: Path) -> None:
         raise BadInputError(f"{existing}: is a file, so the records folder {folder} cannot be made")
 
 
-def _one_line(text: str) -> str:
-    """The first non-empty line of a message (a traceback's first line can be blank)."""
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
 class Session:
     """One campaign run: a runner behind a link, plus the record it fills."""
 
@@ -169,7 +166,9 @@ class Session:
             if isinstance(msg, BadInput):
                 self._fail_open(msg.message)
             if isinstance(msg, RunnerError):
-                self._fail_open(f"{self.loaded.path}: the task could not be opened: {_one_line(msg.message)}")
+                self._fail_open(
+                    f"{self.loaded.path}: the task could not be opened: {first_line(msg.message)}"
+                )
             if isinstance(msg, RunnerReady):
                 ready = msg
         if ready is None:
@@ -490,8 +489,6 @@ class Session:
         Called at the end of a campaign (R18, R19). A plan that cannot be computed is kept as
         `[plan] error = "..."` rather than lost: every row is already on disk either way.
         """
-        from ..analysis.plan import compute_plan
-
         if self.record is None:
             raise RuntimeError("start() the session first")
         try:

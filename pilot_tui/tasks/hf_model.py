@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.reasons import exception_line
 from .hf_data import DataError
 
 EXTRA = "pip install 'pilot-tui[hf]'"
@@ -99,8 +100,6 @@ def ensure_pad(tok: Any) -> str:
 
 
 def _line(exc: BaseException) -> str:
-    from ..core.reasons import exception_line
-
     return exception_line(exc)
 
 
@@ -116,6 +115,7 @@ def load_model(
 ) -> Any:
     """Build the model from the directory; weights from disk, or fresh when declared."""
     transformers = require("transformers")
+    # `pilot-tui init` imports this module: no view-side module loads torch at import (test_layers).
     import torch
 
     cls = getattr(transformers, auto_class)
@@ -210,7 +210,7 @@ def check_attention(
 ) -> dict[str, Any]:
     """Run the chosen attention implementation for real: the same architecture, shrunk to one tiny
     layer, forward and backward on the campaign's device and precision."""
-    import torch
+    import torch  # see load_model
 
     chosen = attn_implementation or "default"
     out: dict[str, Any] = {"name": f"attn_implementation {chosen}", "ok": True, "error": ""}

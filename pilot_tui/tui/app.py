@@ -30,10 +30,11 @@ from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from .. import DEMO_CAMPAIGN
 from ..analysis import board
-from ..analysis.plan import provisional_plan
-from ..core import phase_table
+from ..analysis.plan import provisional_plan, spec_of
+from ..core import notes, phase_table
 from ..core.record import LIST_SECTIONS, Record, RecordError
 from ..core.rows import RunRow, StepKey, read_rows, read_runs
+from ..core.steps import campaign_steps
 from ..core.text import clean, clean_tree, literal, one_line
 from ..session.driver import Session
 from .commands import PilotCommands
@@ -742,8 +743,6 @@ class PilotApp(App[int]):
         """Live: into the session's record on the runner thread (between saves); saved: the file."""
         if not answer:
             return
-        from ..core import notes
-
         if self.runner is None:
             assert self.saved is not None
             try:
@@ -833,9 +832,6 @@ def interrupted_banner(data: dict[str, Any]) -> str:
         return ""
     done = {row.recorded_key for row in read_rows(data.get("phases"))}
     try:
-        from ..analysis.plan import spec_of
-        from ..core.steps import campaign_steps
-
         planned = [s.key for s in campaign_steps(spec_of(data))]
     except Exception:
         planned = []

@@ -26,7 +26,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...core.events import PhaseProgress, RecordUpdate, RunnerError, WireMessage
+from ...core.events import PhaseProgress, RecordUpdate, RunnerError, WireMessage, json_safe
+from ...core.spec import load_spec
+from ...core.steps import Step
+from ...tasks.loader import load_task
+from ..context import RunContext
+from ..lifetime import die_with_parent
+from ..phases import PHASES, execute
+from ..phases.base import AFTER_ROW, Outcome
+from ..residency import MIB, state_bytes
+from . import state as dist_state
+from .interconnect import measure_allreduce
 
 STORE_TIMEOUT = dt.timedelta(days=7)  # a rank waits for its next command as long as the runner lives
 
@@ -62,7 +72,6 @@ class Forward:
 
     def publish_ticks(self, stop: threading.Event) -> None:
         """Thread: the training code's last tick becomes this rank's heartbeat, twice a second."""
-        from . import state as dist_state
 
         seen = 0.0
         while not stop.wait(0.5):
@@ -99,7 +108,6 @@ def state_mb_hook(ctx, step, row: dict[str, Any]) -> None:
 
     First among the after-row hooks: the variant comparison frees a variant's state after its row.
     """
-    from ..residency import MIB, state_bytes
 
     state = ctx.states.get(step.variant)
     if state is not None:
@@ -111,14 +119,11 @@ RANK0_ONLY = ("final",)
 
 
 def _rank0_only(_ctx, _run):
-    from ..phases.base import Outcome
 
     return Outcome(details={"note": "rank 0 reloads the single exported copy and compares"})
 
 
 def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
-    from ...core.steps import Step
-    from ..phases import PHASES, execute
 
     step = Step(key=cmd["step"], phase=cmd["phase"], variant=cmd["variant"])
     overrides = {k: v for k, v in cmd.get("overrides", {}).items() if k != "fault"}
@@ -146,10 +151,6 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from ...core.spec import load_spec
-    from ...tasks.loader import load_task
-    from ..context import RunContext
-    from ..lifetime import die_with_parent
 
     die_with_parent()
     if args.threads:
@@ -168,7 +169,6 @@ def serve(args: argparse.Namespace) -> int:
             torch.cuda.set_device(device)
         dist.init_process_group(args.backend, timeout=dt.timedelta(seconds=args.timeout_s))
         task = load_task(loaded)
-        from ..phases.base import AFTER_ROW
 
         AFTER_ROW.insert(0, state_mb_hook)
         ctx = RunContext(loaded, task, device, forward, args.work_dir, heartbeat=forward.beat)
@@ -191,25 +191,17 @@ def serve(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             if cmd["op"] == "allreduce":
-                from .interconnect import measure_allreduce
-
                 out: dict[str, Any] = {"allreduce": measure_allreduce(float(cmd["mb"]), device, cmd["iters"])}
             else:
                 out = {"row": _run_step(ctx, cmd)}
         except Exception as exc:  # a failure the phase registry did not catch still reaches the runner
             out = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
         out |= {"rank": rank, "seconds": time.perf_counter() - t0, "carried": forward.carried}
-        store.set(f"result/{seq}/{rank}", json.dumps(_clean(out), allow_nan=False))
+        store.set(f"result/{seq}/{rank}", json.dumps(json_safe(out), allow_nan=False))
         seq += 1
     stop.set()
     dist.destroy_process_group()
     return 0
-
-
-def _clean(value: Any) -> Any:
-    from ...core.events import _clean as clean
-
-    return clean(value)
 
 
 def main() -> int:

@@ -15,14 +15,13 @@ import torch
 
 from ...core import phase_table
 from ...core.events import PhaseFinished, PhaseStarted, RunnerError
-from ...core.reasons import exception_line
-from ...core.reasons import first_line as message_line
+from ...core.reasons import exception_line, message_line
 from ...core.rows import phase_row
 from ...core.steps import Step
 from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict
 from .. import probes
 from ..context import Cancelled, RunContext
-from ..cuda_fault import POISONED, first_line, is_sticky
+from ..cuda_fault import POISONED, is_sticky
 from ..deadline import DeadlineExceeded, phase_deadline
 from ..faults import disk_full_reason, is_cpu_oom, is_disk_full
 from ..oom import is_oom
@@ -94,7 +93,7 @@ def _run_hooks(ctx: RunContext, hooks: list, *args: Any) -> None:
             ctx.emit(RunnerError(message=f"{hook.__name__}: {exception_line(exc)}"))
             if is_sticky(exc):
                 # No later step can run in this process: the runner ends after this step.
-                ctx.memo[POISONED_KEY] = f"{POISONED}: {first_line(exc)} in {hook.__name__}"
+                ctx.memo[POISONED_KEY] = f"{POISONED}: {exception_line(exc, 300)} in {hook.__name__}"
 
 
 def phase(name: str) -> Callable[[PhaseFn], PhaseFn]:
@@ -116,11 +115,6 @@ def finite(x: float) -> bool:
 
 # Kept under its old name for the phases that import it; the classification lives in runner/oom.py.
 _is_oom = is_oom
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, float], seconds: float):
@@ -154,7 +148,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     try:
         probe.start()
     except BaseException as exc:  # the context broke before this step began (a hook, say)
-        poison = poison or f"{first_line(exc)} (before the step began)"
+        poison = poison or f"{exception_line(exc, 300)} (before the step began)"
     t0 = time.perf_counter()
     failure: BaseException | None = None
     outcome = Outcome()
@@ -175,7 +169,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     if failure is not None:
         outcome = _failed_outcome(ctx, run, failure)
         if is_sticky(failure):
-            poison = first_line(failure)
+            poison = exception_line(failure, 300)
         if not isinstance(failure, PhaseFailure | Cancelled):
             _drop_partial_grads(ctx, step)  # it broke mid-update: its gradients are partial
         failure = None
@@ -190,7 +184,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         seconds = time.perf_counter() - t0
         memory = probe.stop()
     except BaseException as exc:
-        poison = poison or first_line(exc)
+        poison = poison or exception_line(exc, 300)
         memory = probe.baseline()
     if poison is not None:
         outcome = _poisoned_outcome(ctx, run, outcome, poison)
@@ -259,7 +253,7 @@ def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outco
         return Outcome(FAIL, exc.reason, exc.details | where)
     if is_disk_full(exc, ctx.work_dir):
         return Outcome(
-            FAIL, disk_full_reason(ctx.work_dir, run.step.phase), where | {"error": _first_line(exc)}
+            FAIL, disk_full_reason(ctx.work_dir, run.step.phase), where | {"error": message_line(exc)}
         )
     if is_oom(exc):
         # This phase's count is the row's `memory.num_ooms`; this one is the runner's lifetime.
@@ -269,7 +263,7 @@ def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outco
             stats = {}
         details = where | {
             "runner_num_ooms": int(stats.get("num_ooms", 0)),
-            "error": message_line(str(exc)) or type(exc).__name__,
+            "error": message_line(exc),
         }
         host = " (host memory)" if ctx.device.type != "cuda" or is_cpu_oom(exc) else ""
         if not shape and "microbatch" in run.params:
