@@ -8,6 +8,7 @@ refused (hash, provenance or unsafe content), 2 bad input, 1 anything else.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import os
@@ -170,19 +171,20 @@ def context_args(ctx: RunContext) -> list[str]:
 # ------------------------------------------------------------------------- worker side
 
 
-def add_context_args(parser) -> None:
+def fresh_process_parser(module: str, flag: str, what: str) -> argparse.ArgumentParser:
+    """What every fresh process takes: the runner's context (spec and task hashes, threads, the
+    output folder), and the one file it loads with the provenance the record holds for it
+    (R17: path + hash + size)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--spec-sha256", required=True)
     parser.add_argument("--task-sha256", default="")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
-
-
-def add_artifact_args(parser, flag: str, what: str) -> None:
-    """The file to load and the provenance the record holds for it (R17: path + hash + size)."""
     parser.add_argument(flag, type=Path, required=True)
     parser.add_argument("--sha256", required=True, help=f"the {what}'s recorded sha256")
     parser.add_argument("--size", type=int, default=None, help=f"the {what}'s recorded size in bytes")
+    return parser
 
 
 def fresh_process_context(args) -> RunContext:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
 from .. import finiteness
@@ -12,6 +10,7 @@ from ..context import RunContext
 from ..distributed import state as dist_state
 from ..replay import replay_inputs
 from ..replay_store import save_replays
+from ..training import TrainState
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
 
@@ -22,19 +21,22 @@ def _record_artifact(ctx: RunContext, entry: dict) -> None:
     ctx.emit(RecordUpdate(section="artifacts", value=entry))
 
 
-def _refuse_non_finite(ctx: RunContext, model: torch.nn.Module, variant: str, what: str) -> None:
-    """Finiteness first: a NaN never equals itself, so comparing a diverged model bitwise would
+def _finite_state(ctx: RunContext, run: PhaseRun, what: str) -> tuple[str, TrainState]:
+    """The step's variant and its training state, refused when a weight is not finite.
+
+    Finiteness first: a NaN never equals itself, so comparing a diverged model bitwise would
     report "weights differ" instead of the cause; and a NaN model is not worth a file."""
-    reason = finiteness.weights_not_finite(model, ctx.memo, variant)
+    variant = run.step.variant
+    state = ctx.state(variant, ctx.config(variant, run.overrides))
+    reason = finiteness.weights_not_finite(state.model, ctx.memo, variant)
     if reason:
         raise PhaseFailure(f"{reason}: nothing worth a {what} (finiteness checked before any comparison)")
+    return variant, state
 
 
 @phase("save")
 def save(ctx: RunContext, run: PhaseRun) -> Outcome:
-    variant = run.step.variant
-    state = ctx.state(variant, ctx.config(variant, run.overrides))
-    _refuse_non_finite(ctx, state.model, variant, "save")
+    variant, state = _finite_state(ctx, run, "save")
     # A rerun at the same step gets a new name: an earlier artifact entry keeps its file (R14).
     path = dist_state.from_rank0(_unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt"))
     save_training_state(state, path)
@@ -68,9 +70,7 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
 
 @phase("export")
 def export(ctx: RunContext, run: PhaseRun) -> Outcome:
-    variant = run.step.variant
-    state = ctx.state(variant, ctx.config(variant, run.overrides))
-    _refuse_non_finite(ctx, state.model, variant, "export")
+    variant, state = _finite_state(ctx, run, "export")
     path = dist_state.from_rank0(_unused(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors"))
     own = ctx.task.export_state(state.model) if ctx.task.export_state is not None else None
     tensors = export_weights(state.model, path, own)
