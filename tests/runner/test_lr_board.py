@@ -104,7 +104,7 @@ def test_declared_runs_have_curves_validation_and_predictions(board):
         assert preds["sha256"] == sha256_file(path)
         saved = json.loads(path.read_text())
         assert saved["run_id"] == run_id
-        assert [i["input"] for i in saved["items"]] == data["campaign"]["spec"]["control"]["inputs"]
+        assert [i["input"] for i in saved["items"]] == data["campaign"]["spec"]["replay"]["inputs"]
         assert any(a["path"] == preds["path"] for a in data["artifacts"])
     # The larger LR learned more in the same budget: the curves are the runs' own.
     assert runs["lr3e-3-s0-1"]["final_validation"] < runs["lr1e-4-s0-1"]["final_validation"]

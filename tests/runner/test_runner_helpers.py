@@ -62,7 +62,7 @@ def test_a_wrong_logits_shape_names_the_tasks_forward():
     batch = {"input_ids": torch.zeros(2, 8, dtype=torch.long), "labels": torch.zeros(2, 8, dtype=torch.long)}
     with pytest.raises(
         ValueError,
-        match=r"task's forward .*last_position_only .*test_real_model_fixes.py:\d+\) returned logits of shape \[2, 1, 5\] for labels of shape \[2, 8\]",
+        match=r"task's forward .*last_position_only .*test_runner_helpers.py:\d+\) returned logits of shape \[2, 1, 5\] for labels of shape \[2, 8\]",
     ):
         objective.loss_sum(task, torch.zeros(2, 1, 5), batch)
     objective.loss_sum(task, torch.zeros(2, 8, 5), batch)  # the right shape passes
