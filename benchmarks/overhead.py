@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from pilot_tui.core.spec import load_spec  # noqa: E402
 from pilot_tui.core.steps import Step  # noqa: E402
+from pilot_tui.runner import optimizers  # noqa: E402
 from pilot_tui.runner.context import RunContext, pick_device  # noqa: E402
 from pilot_tui.runner.data import UpdateSampler  # noqa: E402
 from pilot_tui.runner.main import Channel, _counters  # noqa: E402
@@ -62,8 +63,12 @@ class BareLoop:
         self.grad_clip = spec.optim.grad_clip
         seed_everything(config.seed)  # as build_state does: the same initial weights
         self.model = task.build_model().to(ctx.device)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, weight_decay=spec.optim.weight_decay
+        # The configuration's own optimizer, from the runner's one table of builders.
+        self.optimizer = optimizers.build(
+            config.optimizer,
+            list(self.model.parameters()),
+            lr=config.lr,
+            weight_decay=spec.optim.weight_decay,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(spec.optim.warmup_updates, spec.optim.schedule, config.total_updates)

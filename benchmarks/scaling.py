@@ -27,7 +27,7 @@ import tomli_w
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pilot_tui.analysis.plan import estimate, newest_rows, spec_of  # noqa: E402
+from pilot_tui.analysis.plan import choice_sheet, project, read_facts  # noqa: E402
 from pilot_tui.core.events import PhaseFinished  # noqa: E402
 from pilot_tui.session.driver import Session  # noqa: E402
 
@@ -81,8 +81,10 @@ def main() -> int:
             if world == 2:
                 data = tomllib.loads(session.record.path.read_text())
                 # The plan's own estimate for the control, from the 2-rank rows of this record.
-                entry = {"id": "control"} | rows["steady"]["params"]
-                est = estimate(entry, newest_rows(data), spec_of(data), data)
+                facts = read_facts(data)
+                control = choice_sheet(facts).configuration("control")
+                assert control is not None
+                est = project(control, facts).run
                 # The actual run: the same group, `updates - 1` more updates after the first one.
                 t0 = time.perf_counter()
                 long = run(session, "steady", {"steady_updates": args.updates - 1})
@@ -109,10 +111,10 @@ def main() -> int:
         f"(group start {ic['group_start_s']:.1f} s)"
     )
     est = out[2]["estimate"]
-    predicted = est.get("train_s", float("nan"))
+    predicted = est.train_s if est is not None else float("nan")
     print(
         f"{args.updates}-update run on 2 ranks: plan predicted {predicted:.2f} s (train: load + first + "
-        f"{args.updates - 1} × {est.get('step_time_s', 0) * 1e3:.1f} ms) · actual {out[2]['actual_s']:.2f} s · "
+        f"{args.updates - 1} × {(est.step_time_s if est is not None else 0) * 1e3:.1f} ms) · actual {out[2]['actual_s']:.2f} s · "
         f"predicted/actual = {predicted / out[2]['actual_s']:.3f}"
     )
     slow = out[2]["slow"]

@@ -130,7 +130,8 @@ def format_mib(value_bytes: float) -> str:
 
 
 def describe(entry: Mapping[str, Any]) -> str:
-    """The configuration in a few words: strategy × GPUs, microbatch, length, precision, checkpointing."""
+    """The configuration in a few words: strategy × GPUs, microbatch, length, precision, checkpointing,
+    the optimizer when it is not AdamW."""
     parts = [
         f"{entry.get('strategy', 'none')}×{entry.get('gpus', 1)}",
         f"mb {entry.get('microbatch')}",
@@ -139,6 +140,8 @@ def describe(entry: Mapping[str, Any]) -> str:
     ]
     if entry.get("activation_checkpointing"):
         parts.append("ckpt")
+    if entry.get("optimizer", "adamw") != "adamw":  # records from before the optimizer dimension: AdamW
+        parts.append(str(entry["optimizer"]))
     return " ".join(parts)
 
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..core import phase_table
+from ..core import dimensions, phase_table
 from ..core.rows import PhaseRow
 from ..core.verdict import worst
 
@@ -161,17 +161,9 @@ def compare_entry(
     (built the same way from its rows) or None when the control has not run.
     """
     entry: dict[str, Any] = {"id": variant, "is_control": variant == "control"}
-    for key in (
-        "microbatch",
-        "accumulation",
-        "replicas",
-        "effective_batch",
-        "max_length",
-        "precision",
-        "activation_checkpointing",
-        "device",
-        "strategy",  # ddp beside fsdp: the per-GPU memory question (R22)
-    ):
+    # Every configuration dimension (core/dimensions.py) beside the batch figures and the device.
+    keys = (*(d.params_key for d in dimensions.DIMENSIONS), "replicas", "effective_batch", "device")
+    for key in keys:
         if key in params:
             entry[key] = params[key]
     entry["notes"] = list(params.get("notes") or [])
@@ -201,13 +193,22 @@ def question_change(
     supervised_control: int,
     effective_batch: int,
     control_effective_batch: int,
+    params: Mapping[str, Any] | None = None,
+    control_params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """R12: does the variant still ask the control's question?
 
     Targets that changed (a max length that cuts supervised tokens the control kept) change the
-    question; so does an effective batch that was not kept. Memory mechanics alone do not.
+    question; so does an effective batch that was not kept, and any dimension the table marks
+    as changing it (another optimizer makes other updates). Memory mechanics alone do not.
     """
     reasons = []
+    for d in dimensions.DIMENSIONS:
+        if params is None or control_params is None:
+            continue
+        mine, theirs = params.get(d.params_key), control_params.get(d.params_key)
+        if mine is not None and theirs is not None and d.changes_question(theirs, mine):
+            reasons.append(f"{d.name} {theirs} -> {mine}")
     if targets_changed:
         reasons.append(
             f"{targets_changed} of {examples} training examples ({100 * share(targets_changed, examples):.1f}%) "

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from .. import DEMO_CAMPAIGN, __version__
-from ..analysis.plan import print_plan
 from ..core.notes import add_note, set_conclusion
 from ..core.record import Record, RecordError
 from ..core.spec import SpecError
@@ -20,6 +19,7 @@ from .archive import task_file_state, write_archive
 from .estimate import add_parser as add_estimate
 from .estimate import run_estimate
 from .headless import run_headless
+from .plan import print_plan
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
@@ -28,6 +28,25 @@ SUBCOMMANDS = ("run", "open", "continue", "archive", "export", "plan", "note", "
 # `export` is the phase that writes the artifact; the command that archives a record was called
 # `export` before it was `archive`, and still answers to the old name.
 OLD_ARCHIVE_NAME = "export"
+# `pilot-tui plan` flags: (flag, [plan] key, help).
+SCHEDULE_FLAGS = (
+    ("--save-every", "save_every", "updates between checkpoint saves in the real run"),
+    ("--keep", "keep", "checkpoints kept on disk (0: every one)"),
+    ("--eval-every", "eval_every", "updates between evaluations"),
+    ("--eval-examples", "eval_examples", "examples per evaluation"),
+    ("--restarts", "restarts", "restarts from the last checkpoint to allow for"),
+)
+
+
+def _count(text: str) -> int:
+    """A whole number ≥ 0 (argparse names the flag when it is not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     arc.add_argument("--with-artifacts", action="store_true", help="copy the artifacts too")
     pln = sub.add_parser("plan", help="print the choice sheet and the 3/7/30-day rental plan of a record")
     pln.add_argument("record", type=Path)
+    # Another schedule for the same measurements: re-planned without a new pilot.
+    for flag, key, what in SCHEDULE_FLAGS:
+        pln.add_argument(flag, dest=key, type=_count, metavar="N", help=what)
     note = sub.add_parser("note", help="add an observation to a record (a phase, variant or run)")
     note.add_argument("record", type=Path)
     note.add_argument("text")
@@ -88,12 +110,24 @@ def _parser() -> argparse.ArgumentParser:
 
 def _init_parser(sub) -> None:
     ini = sub.add_parser(
-        "init", help="write a runnable campaign for a local Hugging Face model and a JSONL data file"
+        "init",
+        help="write a runnable campaign for a local Hugging Face model and a JSONL data file, "
+        "or for a Trainer script (--trainer train.py -- ARGS)",
+    )
+    ini.add_argument("--model", type=Path, help="local model directory (config, tokenizer, weights)")
+    ini.add_argument("--data", type=Path, help="JSONL data file")
+    ini.add_argument(
+        "--trainer",
+        type=Path,
+        metavar="SCRIPT",
+        help="a transformers Trainer / TRL SFTTrainer script to pilot unchanged; its arguments follow `--`",
     )
     ini.add_argument(
-        "--model", type=Path, required=True, help="local model directory (config, tokenizer, weights)"
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="with --trainer: set for the script"
     )
-    ini.add_argument("--data", type=Path, required=True, help="JSONL data file")
+    ini.add_argument(
+        "script_args", nargs="*", metavar="-- ARGS", help="with --trainer: the script's arguments"
+    )
     ini.add_argument("--out", type=Path, default=Path("campaign.toml"), help="campaign file to write")
     ini.add_argument("--format", choices=("messages", "prompt_completion", "text"), help="default: detected")
     ini.add_argument("--train-on", default="assistant", choices=("assistant", "last_assistant", "all"))
@@ -110,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in or (args_in[0] not in SUBCOMMANDS and args_in[0] not in ("-h", "--help", "--version")):
         args_in = ["open", *args_in]
     args = _parser().parse_args(args_in)
+    if args.command == "init" and args.trainer:
+        # Like init below: it reaches the Hugging Face tasks, which no other command loads.
+        from .init_trainer import main as init_trainer_main
+
+        return init_trainer_main(args)
     if args.command == "init":
         # Only init reaches the Hugging Face tasks (and through them transformers and torch):
         # every other command starts without them.
@@ -135,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             _warn_task_file(args.record)
             return EXIT_OK
         if args.command == "plan":
-            return print_plan(args.record)
+            schedule = {
+                key: getattr(args, key) for _, key, _ in SCHEDULE_FLAGS if getattr(args, key) is not None
+            }
+            return print_plan(args.record, schedule=schedule)
         if args.command in ("note", "conclude"):
             if args.command == "note":
                 add_note(args.record, args.on, args.text)

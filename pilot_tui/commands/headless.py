@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
-from ..analysis.plan import summary_lines
+from ..analysis.plan import Plan, summary_lines
 from ..core import phase_table
 from ..core.events import PhaseFinished, PhaseProgress, PhaseStarted, RunnerError, WireMessage
 from ..core.rows import PhaseRow
@@ -296,12 +296,13 @@ def _earlier_failures(session: Session, to_run: list, out: TextIO) -> int:
     return sum(1 for r in session.record.phases if r.get("verdict") == "fail" and r.get("step") not in again)
 
 
-def plan_summary(plan: dict) -> list[str]:
+def plan_summary(saved: dict) -> list[str]:
     """The plan's few summary lines (the record's `[plan]` holds the whole sheet and package)."""
-    if "error" in plan:
-        return [f"plan: could not be computed: {plan['error']}"]
+    if "error" in saved:
+        return [f"plan: could not be computed: {saved['error']}"]
+    plan = Plan.from_toml(saved)
     # The caveats first: a plan measured on the CPU or on a busy machine must say so here too.
-    return [f"plan: ! {c}" for c in plan.get("caveats") or []] + summary_lines(plan)
+    return [f"plan: ! {c}" for c in plan.caveats] + summary_lines(plan)
 
 
 def _show(ev: WireMessage, bar: ProgressBar, out: TextIO, err: TextIO, width: int | None = None) -> int:

@@ -432,6 +432,12 @@ def init_campaign(
 
 def main(args: Any) -> int:
     """The `init` subcommand; returns the exit code."""
+    if not (args.model and args.data) or args.script_args or args.env:
+        print(
+            "pilot-tui: error: init needs --model DIR and --data FILE.jsonl, or --trainer SCRIPT -- ARGS",
+            file=sys.stderr,
+        )
+        return 2
     try:
         path, found = init_campaign(
             args.model,

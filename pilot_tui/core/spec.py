@@ -20,15 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import phase_table
+from . import dimensions, phase_table
+
+# The allowed values of the configuration dimensions, re-exported for the views' checks.
+from .dimensions import OPTIMIZERS as OPTIMIZERS
+from .dimensions import PRECISIONS as PRECISIONS
+from .dimensions import STRATEGIES as STRATEGIES
 from .phase_table import lr_run_name
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 HOLDS = ("updates", "epochs")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "linear", "cosine")
 GROUP_KINDS = ("id", "time")
-STRATEGIES = ("none", "ddp", "fsdp")
 BACKENDS = ("", "nccl", "gloo")
 # A record is named `<name>-<id>.toml`; file systems stop at 255 bytes.
 MAX_NAME = 100
@@ -64,6 +67,11 @@ class TaskSpec:
     class_names: list[str] = field(default_factory=list)
     # Extension modules the task imports, checked by the stack phase (R18).
     requires: list[str] = field(default_factory=list)
+    # A Hugging Face Trainer / TRL script piloted unchanged (docs/trainer.md): the script, what
+    # would follow `python train.py` on the command line, and environment variables it reads.
+    trainer_script: str = ""
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,8 @@ class BatchSpec:
 class OptimSpec:
     """Optimizer and schedule of the control configuration."""
 
+    # adamw | adamw_fused | sgd | adafactor (runner/optimizers.py builds each).
+    name: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.0
     warmup_updates: int = 0
@@ -146,16 +156,15 @@ class OverfitSpec:
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """A memory variant (R11); an unset field keeps the control's value."""
+    """A memory variant (R11): the configuration dimensions it sets (core/dimensions.py); an
+    unset one keeps the control's value."""
 
     id: str
-    microbatch: int = 0
-    accumulation: int = 0
-    max_length: int = 0
-    precision: str = ""
-    activation_checkpointing: bool | None = None
-    # ddp -> fsdp is the per-GPU memory question people pilot.
-    strategy: str = ""
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str) -> Any:
+        """The value this variant sets for a dimension, None when it keeps the control's."""
+        return self.values.get(name)
 
 
 @dataclass(frozen=True)
@@ -233,6 +242,17 @@ class PlanSpec:
     evaluations: int = 0
     checkpoints: int = 0
     validation_size: int = 0
+    # The whole rental (R27), as the real run will spend it. save_every / eval_every: updates
+    # between saves / evaluations (0: `checkpoints` / `evaluations` above); keep: checkpoints kept
+    # on disk (0: every one); eval_examples: examples per evaluation (0: `validation_size`);
+    # restarts: how many times the run is allowed to restart from its last checkpoint;
+    # checkpoint_dir: where checkpoints go, relative to the campaign file ("": the records' folder).
+    save_every: int = 0
+    keep: int = 0
+    eval_every: int = 0
+    eval_examples: int = 0
+    restarts: int = 1
+    checkpoint_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -333,6 +353,8 @@ def _type_name(tp: Any) -> str:
 
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
+    if tp is VariantSpec:
+        return _build_variant(value, key)
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -398,6 +420,25 @@ def _build(cls: Any, table: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
+def _build_variant(table: Any, key: str) -> VariantSpec:
+    """A `[[variants]]` entry: its id and the dimensions it sets, each typed by the table."""
+    if not isinstance(table, dict):
+        raise _KeyError(key, f"expected a table, got {_describe(table)}")
+    if "id" not in table:
+        raise _KeyError(f"{key}.id", "required key is missing")
+    values: dict[str, Any] = {}
+    for path, value in dimensions.flat_keys(table):
+        if path == "id":
+            continue
+        d = dimensions.for_variant_key(path)
+        if d is None:
+            raise _KeyError(f"{key}.{path}", dimensions.unknown_variant_key(path))
+        if d.name in values:
+            raise _KeyError(f"{key}.{path}", f"sets {d.name} a second time (as {d.name} and {d.spec_field})")
+        values[d.name] = _convert(d.type, value, f"{key}.{path}")
+    return VariantSpec(id=_convert(str, table["id"], f"{key}.id"), values=values)
+
+
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
@@ -423,7 +464,13 @@ def _check(spec: CampaignSpec) -> None:
         "campaign.name",
         f"{len(spec.campaign.name)} characters; at most {MAX_NAME} (it names the record file)",
     )
-    need(bool(t.builtin) != bool(t.file), "task", "set exactly one of task.builtin or task.file")
+    sources = [x for x in (t.builtin, t.file, t.trainer_script) if x]
+    need(len(sources) == 1, "task", "set exactly one of task.builtin or task.file (or task.trainer_script)")
+    if t.trainer_script:
+        _check_trainer(spec)
+    else:
+        need(not t.args, "task.args", "only a task.trainer_script takes command-line arguments")
+        need(not t.env, "task.env", "only a task.trainer_script takes environment variables")
     need(t.group_kind in GROUP_KINDS, "task.group_kind", f"must be one of {', '.join(GROUP_KINDS)}")
     need(len(set(t.class_names)) == len(t.class_names), "task.class_names", "a name is used twice")
     need(all(r.strip() for r in t.requires), "task.requires", "a module name is empty")
@@ -431,11 +478,14 @@ def _check(spec: CampaignSpec) -> None:
     need(b.accumulation >= 1, "batch.accumulation", f"must be ≥ 1, got {b.accumulation}")
     need(b.replicas >= 1, "batch.replicas", f"must be ≥ 1, got {b.replicas}")
     need(b.max_length >= 0, "batch.max_length", f"must be ≥ 0 (0 = the task's default), got {b.max_length}")
-    need(
-        b.precision in PRECISIONS,
-        "batch.precision",
-        f"must be one of {', '.join(PRECISIONS)}, got {b.precision!r}",
-    )
+    for d in dimensions.DIMENSIONS:
+        if d.choices:
+            value = dimensions.control_value(spec, d)
+            need(
+                value in d.choices,
+                d.spec_field,
+                f"must be one of {', '.join(map(str, d.choices))}, got {value!r}",
+            )
     need(b.hold in HOLDS, "batch.hold", f"must be one of {', '.join(HOLDS)}")
     need(b.device in DEVICES, "batch.device", f"must be one of {', '.join(DEVICES)}")
     if b.hold == "updates":
@@ -481,19 +531,17 @@ def _check(spec: CampaignSpec) -> None:
         need(re.fullmatch(r"[A-Za-z0-9._-]+", v.id) is not None, f"{key}.id", "use letters, digits, . _ -")
         need(v.id != "control", f"{key}.id", "'control' names the campaign's own configuration")
         need(ids.count(v.id) == 1, f"{key}.id", f"id {v.id!r} is used twice")
-        need(v.microbatch >= 0, f"{key}.microbatch", "must be ≥ 1 (or left out)")
-        need(v.accumulation >= 0, f"{key}.accumulation", "must be ≥ 1 (or left out)")
-        need(v.max_length >= 0, f"{key}.max_length", "must be ≥ 1 (or left out)")
-        need(v.precision in ("", *PRECISIONS), f"{key}.precision", f"must be one of {', '.join(PRECISIONS)}")
-        # A field set to the control's own value changes nothing either (a duplicate measurement).
+        for name, value in v.values.items():
+            why = dimensions.problem(dimensions.by_name(name), value)
+            need(why is None, f"{key}.{name}", why or "")
+        if t.trainer_script:
+            # The control's batch is the trainer's own, known once the script is captured.
+            need(bool(v.values), key, f"variant {v.id!r} changes nothing from the control")
+            continue
+        # A dimension set to the control's own value changes nothing either (a duplicate measurement).
         changes = [
-            v.microbatch and v.microbatch != b.microbatch,
-            v.accumulation and v.accumulation != b.accumulation,
-            v.max_length and v.max_length != b.max_length,
-            v.precision and v.precision != b.precision,
-            v.activation_checkpointing is not None
-            and v.activation_checkpointing != b.activation_checkpointing,
-            v.strategy and v.strategy != spec.distributed.strategy,
+            value != dimensions.control_value(spec, dimensions.by_name(name))
+            for name, value in v.values.items()
         ]
         need(any(changes), key, f"variant {v.id!r} changes nothing from the control")
     if spec.fit_search is not None:
@@ -547,11 +595,91 @@ def _check(spec: CampaignSpec) -> None:
     need(p.checkpoints >= 0, "plan.checkpoints", "must be ≥ 0 (0 = one per epoch)")
     need(p.validation_size >= 0, "plan.validation_size", "must be ≥ 0 (0 = from the split ratios)")
     need(len(set(p.priority)) == len(p.priority), "plan.priority", "a configuration is listed twice")
+    _check_rental(p)
     e = spec.estimate
     need(e.strategy in ("", *STRATEGIES), "estimate.strategy", f"must be one of {', '.join(STRATEGIES)}")
     need(e.gpus >= 0, "estimate.gpus", "must be ≥ 1 (or left out: plan.gpus)")
     need(e.gpu_memory_gb >= 0, "estimate.gpu_memory_gb", "must be > 0 GB (or left out)")
     need(not (e.strategy == "none" and e.gpus > 1), "estimate.strategy", "'none' runs on one GPU")
+
+
+def _check_rental(p: PlanSpec) -> None:
+    """The `[plan]` keys of the whole rental (saves, evaluations, restarts, disk)."""
+    for key in ("save_every", "keep", "eval_every", "eval_examples", "restarts"):
+        if getattr(p, key) < 0:
+            raise _KeyError(f"plan.{key}", "must be ≥ 0")
+    if p.save_every and p.checkpoints:
+        raise _KeyError("plan.save_every", "set save_every or checkpoints, not both")
+    if p.eval_every and p.evaluations:
+        raise _KeyError("plan.eval_every", "set eval_every or evaluations, not both")
+    if p.eval_examples and p.validation_size:
+        raise _KeyError("plan.eval_examples", "set eval_examples or validation_size, not both")
+
+
+# --------------------------------------------------------------------------------------------
+# A trainer script: its own arguments decide the batch, the optimizer and the splits.
+
+# Sections a trainer campaign takes from the captured trainer instead: each is refused with why.
+TRAINER_OWNS = {
+    "split": "the script's train_dataset and eval_dataset are the splits",
+    "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
+    "fit_search": "a fit search on a captured trainer is not supported yet",
+    "distributed": "a captured trainer runs on one process for now",
+}
+# Batch keys a trainer campaign may still set: where it runs.
+TRAINER_BATCH_KEYS = ("device",)
+# What a memory variant of a captured trainer may change: what `trainer.args` takes in place.
+# Precision, max length and the strategy are fixed when the script builds its trainer.
+TRAINER_VARIANT_KEYS = ("id", "microbatch", "accumulation", "activation_checkpointing")
+
+
+def _check_trainer(spec: CampaignSpec) -> None:
+    t = spec.task
+    for key in ("file", "function", "options", "group_key"):
+        default = getattr(TaskSpec(), key)
+        if getattr(t, key) != default:
+            raise _KeyError(f"task.{key}", "not used with task.trainer_script (the script builds everything)")
+    if not t.trainer_script.endswith(".py"):
+        raise _KeyError("task.trainer_script", f"must name a Python file, got {t.trainer_script!r}")
+    for name, value in t.env.items():
+        # Named by the table's key: an inline table's own keys have no line of their own.
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise _KeyError("task.env", f"{name!r} is not a valid environment variable name")
+        if "\0" in value:
+            raise _KeyError("task.env", f"the value of {name} holds a NUL character")
+
+
+def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """A trainer campaign's raw tables before typing: sections the trainer owns are refused and
+    `[batch]` gets placeholders the runner replaces with the trainer's own figures."""
+    task = raw.get("task")
+    if not isinstance(task, dict) or not task.get("trainer_script"):
+        return raw
+    for section, why in TRAINER_OWNS.items():
+        if section in raw and not (
+            section == "distributed" and raw[section].get("strategy", "none") == "none"
+        ):
+            raise _KeyError(section, f"not used with task.trainer_script: {why}")
+    variants = raw.get("variants", [])
+    for i, v in enumerate(variants if isinstance(variants, list) else []):
+        for key in v if isinstance(v, dict) else {}:
+            if key not in TRAINER_VARIANT_KEYS:
+                raise _KeyError(
+                    f"variants[{i}].{key}",
+                    "a captured trainer's variant changes only microbatch, accumulation or "
+                    "activation_checkpointing (the rest is fixed when the script builds its trainer)",
+                )
+    batch = raw.get("batch", {})
+    if not isinstance(batch, dict):
+        raise _KeyError("batch", f"expected a table, got {_describe(batch)}")
+    for key in batch:
+        if key not in TRAINER_BATCH_KEYS:
+            raise _KeyError(
+                f"batch.{key}",
+                "not used with task.trainer_script: the batch is the trainer's arguments "
+                "(per_device_train_batch_size, gradient_accumulation_steps, max_steps)",
+            )
+    return raw | {"batch": {"microbatch": 1, "updates": 1, **batch}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -584,8 +712,8 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
             "size (leave it out, or make them equal)",
         )
     for i, v in enumerate(spec.variants):
-        if v.strategy:
-            need(v.strategy in ("ddp", "fsdp"), f"variants[{i}].strategy", "must be 'ddp' or 'fsdp'")
+        if v.get("strategy"):
+            need(v.get("strategy") in ("ddp", "fsdp"), f"variants[{i}].strategy", "must be 'ddp' or 'fsdp'")
             need(d.strategy != "none", f"variants[{i}].strategy", "needs [distributed] strategy ddp or fsdp")
 
 
@@ -644,7 +772,7 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
     except RecursionError:
         raise SpecError(f"{path}: arrays or tables nested too deeply to be a campaign") from None
     try:
-        spec = _build(CampaignSpec, _new_names(raw), "")
+        spec = _build(CampaignSpec, _trainer_raw(_new_names(raw)), "")
         _check(spec)
         _check_distributed(spec, "replicas" in raw.get("batch", {}))
         spec = _resolve_world(spec)
@@ -713,4 +841,9 @@ def load_spec(path: str | Path) -> LoadedSpec:
         line = _line_of(text, "task.file")
         where = f"line {line}: " if line else ""
         raise SpecError(f"{p}: {where}task.file: no such file {loaded.spec.task.file!r}")
+    script = loaded.spec.task.trainer_script
+    if script and not loaded.resolve(script).is_file():
+        line = _line_of(text, "task.trainer_script")
+        where = f"line {line}: " if line else ""
+        raise SpecError(f"{p}: {where}task.trainer_script: no such file {script!r}")
     return loaded

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +13,12 @@ import torch
 
 from ..analysis.splits import field_split, group_split
 from ..analysis.variants import accumulation_for
+from ..core import dimensions
 from ..core.accounting import account
 from ..core.events import PhaseProgress, WireMessage
 from ..core.spec import LoadedSpec, VariantSpec
 from ..tasks.contract import Task
+from . import optimizers
 from .distributed import state as dist_state
 from .residency import park_others, unpark
 from .training import TrainConfig, TrainState, build_state
@@ -52,10 +54,16 @@ class RunContext:
     # Called while a phase waits on something that lives (a fresh process): on a rank of a
     # process group it tells the runner this rank is not hung (distributed/rank.py).
     heartbeat: Callable[[], None] = field(default=lambda: None)
+    # A campaign on a captured Hugging Face trainer (runner/trainer/): the adapter holding it, and
+    # the phase bodies that run on its own parts instead of the registered ones.
+    adapter: Any = None
+    bodies: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         s = self.loaded.spec
-        if s.split.field:
+        if self.adapter is not None:
+            self.splits = self.adapter.splits()  # the script's own train and eval datasets
+        elif s.split.field:
             self.splits = field_split(self.task.examples, s.split.field)
         else:
             ratios = {"train": s.split.train, "validation": s.split.validation, "test": s.split.test}
@@ -103,15 +111,24 @@ class RunContext:
     ) -> TrainConfig:
         """The control's configuration with the variant's (and the overrides') changes applied.
 
-        A smaller microbatch without a declared accumulation raises the accumulation so the
-        effective batch stays the control's, and the row says so (R11). In a distributed campaign,
-        a phase that runs in one process (the runner's own, not a rank's; `as_ranks` False) folds
-        the ranks into the accumulation: the same global batch, never a silently smaller one.
+        Every dimension of core/dimensions.py is resolved the same way: the override, else the
+        variant's value, else the control's spec field. A smaller microbatch without a declared
+        accumulation raises the accumulation so the effective batch stays the control's, and the
+        row says so (R11). In a distributed campaign, a phase that runs in one process (the
+        runner's own, not a rank's; `as_ranks` False) folds the ranks into the accumulation: the
+        same global batch, never a silently smaller one.
         """
         b, v = self.spec.batch, self.variant_spec(variant)
         ov = dict(overrides or {})
-        microbatch = int(ov.get("microbatch") or v.microbatch or b.microbatch)
-        accumulation = int(ov.get("accumulation") or v.accumulation or 0)
+        chosen: dict[str, Any] = {}
+        for d in dimensions.DIMENSIONS:
+            if dimensions.is_set(d, ov.get(d.name)):
+                chosen[d.name] = d.type(ov[d.name])
+            elif v.get(d.name) is not None:
+                chosen[d.name] = v.get(d.name)
+        values = {d.name: chosen.get(d.name, self.control_value(d)) for d in dimensions.DIMENSIONS}
+        microbatch = values["microbatch"]
+        accumulation = chosen.get("accumulation", 0)
         notes = []
         if not accumulation:
             if microbatch != b.microbatch and (b.microbatch * b.accumulation) % microbatch == 0:
@@ -125,27 +142,26 @@ class RunContext:
                 accumulation, _ = accumulation_for(b.microbatch * b.accumulation, microbatch)
             else:
                 accumulation = b.accumulation
+        values["accumulation"] = accumulation
         if microbatch * accumulation != b.microbatch * b.accumulation:
             # Never silent: a changed effective batch is a different experiment (R11, R12).
             notes.append(
                 f"effective batch {b.microbatch * b.accumulation * b.replicas} -> "
                 f"{microbatch * accumulation * b.replicas}: not kept"
             )
-        ckpt = ov.get("activation_checkpointing", v.activation_checkpointing)
+        values["optimizer"], fallback = optimizers.runnable(values["optimizer"], self.device)
+        if fallback:
+            notes.append(fallback)
         acc = self.accounting(microbatch, accumulation)
+        own = {f.name for f in fields(TrainConfig)}
         cfg = TrainConfig(
             variant=variant,
-            microbatch=microbatch,
-            accumulation=accumulation,
             replicas=b.replicas,
-            max_length=int(ov.get("max_length") or v.max_length or self.max_length),
-            precision=str(ov.get("precision") or v.precision or b.precision),
-            activation_checkpointing=bool(b.activation_checkpointing if ckpt is None else ckpt),
-            lr=float(ov.get("lr") or self.spec.optim.lr),
             seed=int(ov.get("seed", self.spec.optim.seed)),
             total_updates=int(acc["updates"]),
             notes=tuple(notes),
-            strategy=str(ov.get("strategy") or v.strategy or self.spec.distributed.strategy),
+            extra=tuple((k, x) for k, x in values.items() if k not in own),
+            **{k: x for k, x in values.items() if k in own},
         )
         if cfg.replicas > 1 and not as_ranks and not dist_state.active():
             cfg = replace(
@@ -159,6 +175,12 @@ class RunContext:
                 ),
             )
         return cfg
+
+    def control_value(self, d: dimensions.Dimension) -> Any:
+        """The control's value of a dimension; an unset max length is the task's default."""
+        if d.name == "max_length":
+            return self.max_length
+        return dimensions.control_value(self.spec, d)
 
     def new_state(self, config: TrainConfig) -> TrainState:
         o = self.spec.optim

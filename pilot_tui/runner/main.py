@@ -174,13 +174,15 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
     """Load spec and task; report BadInput for anything the user must fix."""
     # After main() set the spawn environment: torch loads only then.
     from .context import RunContext, pick_device
-    from .environment import describe
     from .fresh_process import task_file_sha256
 
     try:
         loaded = load_spec(cmd.spec_path)
         # Hashed before the import: fresh worker processes refuse a task file edited since.
         task_sha = task_file_sha256(loaded)
+        if loaded.spec.task.trainer_script:
+            ctx = _open_trainer(loaded, emit, cmd, cancel)
+            return _ready(ctx, ctx.task, emit)
         task = load_task(loaded)
         device = _campaign_key(loaded, "batch.device", pick_device, loaded.spec.batch.device)
         loaded = _resolve_world(loaded, device)
@@ -208,9 +210,28 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
     except Exception as exc:
         # Anything the user's task raises while it is built (examples that are ints, None, a
         # generator…) is bad input too: one line naming the file, never a view left waiting.
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        emit(BadInput(message=f"{cmd.spec_path}: the task could not be built: {type(exc).__name__}: {first}"))
+        emit(BadInput(message=f"{cmd.spec_path}: the task could not be built: {exception_line(exc)}"))
         return None
+    return _ready(ctx, task, emit)
+
+
+def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event):
+    """A `trainer_script` campaign: the script captured in this process (docs/trainer.md)."""
+    # After main() set the spawn environment: torch loads only then.
+    from .trainer.campaign import open_trainer_campaign
+
+    ctx = open_trainer_campaign(loaded, emit, Path(cmd.work_dir), cancel)
+    ctx.rows.extend(cmd.rows)
+    return ctx
+
+
+def _ready(ctx, task, emit: Callable[[WireMessage], None]):
+    """Tell the view the campaign is open: the dataset, its accounting and the environment."""
+    # After main() set the spawn environment: torch loads only then.
+    from .environment import describe
+
+    accounting = ctx.accounting()
+    device = ctx.device
     dataset = {
         "task": task.name,
         "kind": task.kind,

@@ -12,7 +12,6 @@ moments, and the next random draw.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 
@@ -33,10 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 def resume(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     ctx = fresh_process_context(args)
-    raw = json.loads(args.config)
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    raw = {key: v for key, v in raw.items() if key in names}  # params() adds derived figures
-    config = TrainConfig(**(raw | {"notes": tuple(raw.get("notes", ()))}))
+    config = TrainConfig.from_params(json.loads(args.config))
     provenance = {"path": str(args.checkpoint), "sha256": args.sha256, "size": args.size}
     saved = load_training_state(args.checkpoint, provenance)  # refused before anything is built
     state = ctx.new_state(config)

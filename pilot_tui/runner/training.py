@@ -6,13 +6,14 @@ import contextlib
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
 
+from ..core import dimensions
 from ..tasks.contract import Batch, Example, Task
-from . import objective
+from . import objective, optimizers
 from .data import UpdateSampler
 from .distributed import state as dist_state
 
@@ -34,16 +35,38 @@ class TrainConfig:
     notes: tuple[str, ...] = ()
     # none | ddp | fsdp: how the model is wrapped when the phase runs on several ranks (R22).
     strategy: str = "none"
+    # runner/optimizers.py's name: adamw | adamw_fused | sgd | adafactor.
+    optimizer: str = "adamw"
+    # Dimensions of core/dimensions.py without a field here (name, value): they reach the row's
+    # params and the estimate all the same; the code that uses one reads it with `value()`.
+    extra: tuple[tuple[str, Any], ...] = ()
 
     @property
     def effective_batch(self) -> int:
         return self.microbatch * self.accumulation * self.replicas
 
+    def value(self, name: str) -> Any:
+        """A dimension's value, a field's or an extra one's."""
+        extras = dict(self.extra)
+        return extras[name] if name in extras else getattr(self, name)
+
     def params(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["extra"]
+        out |= dict(self.extra)
         out["effective_batch"] = self.effective_batch
         out["notes"] = list(self.notes)
         return out
+
+    @classmethod
+    def from_params(cls, raw: dict[str, Any]) -> TrainConfig:
+        """Back from `params()` (a fresh process gets its configuration as JSON)."""
+        names = {f.name for f in fields(cls)} - {"extra"}
+        extra = tuple(
+            (d.name, raw[d.name]) for d in dimensions.DIMENSIONS if d.name not in names and d.name in raw
+        )
+        kept = {k: v for k, v in raw.items() if k in names}  # params() adds derived figures
+        return cls(**(kept | {"notes": tuple(raw.get("notes", ())), "extra": extra}))
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
@@ -136,7 +159,9 @@ def build_state(
         task.set_activation_checkpointing(model, True)
     # Under torchrun: DDP or FSDP2 around the same initial weights (every rank seeds alike).
     model = dist_state.wrap(model, config.strategy, device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=weight_decay)
+    optimizer = optimizers.build(
+        config.optimizer, list(model.parameters()), lr=config.lr, weight_decay=weight_decay
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(warmup, schedule, config.total_updates)
     )

@@ -492,7 +492,7 @@ class Session:
         if self.record is None:
             raise RuntimeError("start() the session first")
         try:
-            plan = compute_plan(self.record.data)
+            plan = compute_plan(self.record.data, record_dir=self.record.path.parent).as_toml()
         except Exception as exc:  # the rows are on disk; a planning bug must not hide them
             plan = {"error": f"{type(exc).__name__}: {exc}"}
         self.record.set_section("plan", plan)

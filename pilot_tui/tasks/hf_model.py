@@ -79,7 +79,7 @@ def load_tokenizer(model_dir: Path) -> Any:
         with quiet():
             tok = transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as exc:
-        raise DataError(f"{model_dir}: cannot load the tokenizer: {_line(exc)}") from None
+        raise DataError(f"{model_dir}: cannot load the tokenizer: {exception_line(exc)}") from None
     if not getattr(tok, "is_fast", False):
         raise DataError(
             f"{model_dir}: the tokenizer is not a fast tokenizer (tokenizer.json needed for offsets)"
@@ -97,10 +97,6 @@ def ensure_pad(tok: Any) -> str:
             tok.pad_token = value
             return f"pad token {value!r} (the tokenizer has none: its {name.removesuffix('_token')} token is used)"
     raise DataError("the tokenizer has no pad, unk or eos token to pad with")
-
-
-def _line(exc: BaseException) -> str:
-    return exception_line(exc)
 
 
 def load_model(
@@ -135,7 +131,7 @@ def load_model(
                     str(model_dir), local_files_only=True, torch_dtype=torch_dtype, **kwargs
                 )
     except Exception as exc:
-        raise DataError(f"{model_dir}: cannot load the model: {_line(exc)}") from None
+        raise DataError(f"{model_dir}: cannot load the model: {exception_line(exc)}") from None
     if lora:
         model = apply_lora(model, lora)
     return model
@@ -159,7 +155,7 @@ def apply_lora(model: Any, lora: Mapping[str, Any]) -> Any:
         with quiet():
             return peft.get_peft_model(model, config)
     except Exception as exc:
-        raise DataError(f"task.options.lora: {_line(exc)}") from None
+        raise DataError(f"task.options.lora: {exception_line(exc)}") from None
 
 
 def is_peft(model: Any) -> bool:
@@ -234,5 +230,5 @@ def check_attention(
         if not torch.isfinite(logits.float()).all():
             out |= {"ok": False, "error": "non-finite logits from the probe"}
     except Exception as exc:
-        out |= {"ok": False, "error": _line(exc)}
+        out |= {"ok": False, "error": exception_line(exc)}
     return out

@@ -31,7 +31,7 @@ from textual.widgets import Header, Static, TabbedContent, TabPane
 from .. import DEMO_CAMPAIGN
 from ..analysis import board
 from ..analysis.plan import provisional_plan, spec_of
-from ..core import notes, phase_table
+from ..core import dimensions, notes, phase_table
 from ..core.record import LIST_SECTIONS, Record, RecordError
 from ..core.rows import RunRow, StepKey, read_rows, read_runs
 from ..core.steps import campaign_steps
@@ -437,7 +437,8 @@ class PilotApp(App[int]):
         """The plan `pilot-tui plan` computes for a saved record without one: once, not per visit."""
         assert self.saved is not None
         try:
-            return clean_tree(provisional_plan(self.saved.data))  # shown: inert (R24)
+            plan = provisional_plan(self.saved.data, record_dir=self.saved.path.parent)
+            return clean_tree(plan.as_toml())  # shown: inert (R24)
         except Exception as exc:  # a record too incomplete to plan from: say why
             return {"error": clean(f"no provisional plan: {type(exc).__name__}: {exc}")}
 
@@ -692,13 +693,7 @@ class PilotApp(App[int]):
         variant = next_variant_id(taken)
         current = dict((gate.row.params if gate.row is not None else None) or gate.params)
         if not current and spec is not None:
-            b = spec.batch
-            current = {
-                "microbatch": b.microbatch,
-                "max_length": b.max_length,
-                "precision": b.precision,
-                "activation_checkpointing": b.activation_checkpointing,
-            }
+            current = {d.params_key: dimensions.control_value(spec, d) for d in dimensions.in_form()}
 
         # A memory variant is measured on all of its phases, so it gets a [[variants]] entry
         # compared with the control (R11); any other phase is re-run alone.

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from ..core.spec import PRECISIONS
+from ..core import dimensions
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -51,41 +51,55 @@ class VariantForm(ModalScreen[dict[str, Any] | None]):
         self.current = current
 
     def compose(self) -> ComposeResult:
-        c = self.current
+        # One field per configuration dimension the table puts in the form (core/dimensions.py),
+        # a row per kind of widget: numbers, choices, switches.
         with Vertical(classes="dialog", id="variant-form"):
             yield Label(f"Re-run [b]{self.phase}[/b] as variant [b]{self.variant_id}[/b]")
-            yield Label("microbatch", classes="field")
-            yield Input(placeholder=str(c.get("microbatch", "")), type="integer", id="microbatch")
-            yield Label("max length", classes="field")
-            yield Input(placeholder=str(c.get("max_length", "")), type="integer", id="max_length")
-            yield Label("precision", classes="field")
-            yield Select(
-                [(p, p) for p in PRECISIONS],
-                value=c.get("precision", Select.BLANK) if c.get("precision") in PRECISIONS else Select.BLANK,
-                allow_blank=True,
-                id="precision",
-            )
-            yield Checkbox(
-                "activation checkpointing", value=bool(c.get("activation_checkpointing")), id="ckpt"
-            )
+            for kind in ("integer", "select"):
+                with Horizontal(classes="row"):
+                    for d in dimensions.in_form():
+                        if d.form == kind:
+                            with Vertical(classes="cell"):
+                                yield Label(d.title, classes="field")
+                                yield self._field(d)
+            for d in dimensions.in_form():
+                if d.form == "checkbox":
+                    yield self._field(d)
             with Horizontal(classes="buttons"):
                 yield Button("Run", variant="primary", id="run")
                 yield Button("Cancel", id="cancel")
             yield Label("tab: next field · enter: run · esc: cancel", classes="hint")
 
+    def _field(self, d: dimensions.Dimension) -> Input | Select[str] | Checkbox:
+        current = self.current.get(d.params_key)
+        if d.form == "integer":
+            return Input(placeholder=str(current if current is not None else ""), type="integer", id=d.name)
+        if d.form == "select":
+            return Select(
+                [(str(c), c) for c in d.choices],
+                value=current if current in d.choices else Select.BLANK,
+                allow_blank=True,
+                id=d.name,
+            )
+        return Checkbox(d.title, value=bool(current), id=d.name)
+
     def overrides(self) -> dict[str, Any]:
         """Only what the user changed: an empty field keeps the control's value."""
         out: dict[str, Any] = {}
-        for name in ("microbatch", "max_length"):
-            text = self.query_one(f"#{name}", Input).value.strip()
-            if text:
-                out[name] = int(text)
-        precision = self.query_one("#precision", Select).value
-        if isinstance(precision, str) and precision != self.current.get("precision"):
-            out["precision"] = precision
-        ckpt = self.query_one("#ckpt", Checkbox).value
-        if ckpt != bool(self.current.get("activation_checkpointing")):
-            out["activation_checkpointing"] = ckpt
+        for d in dimensions.in_form():
+            current = self.current.get(d.params_key)
+            if d.form == "integer":
+                text = self.query_one(f"#{d.name}", Input).value.strip()
+                if text:
+                    out[d.name] = int(text)
+            elif d.form == "select":
+                value = self.query_one(f"#{d.name}", Select).value
+                if value in d.choices and value != current:
+                    out[d.name] = value
+            elif d.form == "checkbox":
+                checked = self.query_one(f"#{d.name}", Checkbox).value
+                if checked != bool(current):
+                    out[d.name] = checked
         return out
 
     def on_input_submitted(self) -> None:
@@ -98,10 +112,12 @@ class VariantForm(ModalScreen[dict[str, Any] | None]):
             self.action_cancel()
 
     def action_submit(self) -> None:
-        for name in ("microbatch", "max_length"):
-            text = self.query_one(f"#{name}", Input).value.strip()
-            if text and (not text.isdigit() or int(text) < 1):
-                self.notify(f"{name.replace('_', ' ')} must be a positive integer", severity="error")
+        for d in dimensions.in_form():
+            if d.form != "integer":
+                continue
+            text = self.query_one(f"#{d.name}", Input).value.strip()
+            if text and (not text.isdigit() or dimensions.problem(d, int(text)) is not None):
+                self.notify(f"{d.title} must be a positive integer", severity="error")
                 return
         self.dismiss(self.overrides())
 

@@ -59,6 +59,13 @@ def test_a_7b_full_fine_tune_does_not_fit_one_80_gb_gpu_and_fsdp_is_the_way_out(
     assert rec is not None and rec["gpus"] == best["gpus"] and "extrapolated" in rec["basis"]
 
 
+def test_the_printed_configuration_names_an_optimizer_other_than_adamw() -> None:
+    entry = seven_b() | {"microbatch": 1, "max_length": 2048, "precision": "bf16"}
+    assert est.describe(entry) == "none×1 mb 1 len 2048 bf16"  # AdamW, or a record from before
+    assert est.describe(entry | {"optimizer": "adamw"}) == "none×1 mb 1 len 2048 bf16"
+    assert est.describe(entry | {"optimizer": "adafactor"}) == "none×1 mb 1 len 2048 bf16 adafactor"
+
+
 def test_not_estimable_is_never_a_zero() -> None:
     entry = {"name": "control", "estimable": False, "op": "aten.nonzero.default", "reason": "no fake kernel"}
     v = est.verdict(entry, 0.15, 80)
@@ -130,11 +137,9 @@ def test_plan_on_cpu_labels_the_estimate_beside_the_rss() -> None:
 
 
 def test_the_plan_carries_the_estimate_view_only_when_the_record_has_one() -> None:
-    from pilot_tui.analysis.plan import estimate_view
-
-    assert estimate_view({"phases": []}) == {}
-    view = estimate_view(_record(cuda=True))["estimate"]
-    assert view["configurations"][0]["train_ratio"] == 1.1
+    assert est.plan_view({"phases": []}) is None
+    view = est.plan_view(_record(cuda=True))
+    assert view is not None and view["configurations"][0]["train_ratio"] == 1.1
 
 
 def test_bad_estimate_input_is_one_line_and_exit_2(tmp_path, capsys, write_campaign) -> None:

@@ -4,6 +4,7 @@ first, a provisional plan for an interrupted record; and headless lines that fit
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import tomllib
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from pilot_tui.analysis import plan
 from pilot_tui.commands.headless import phase_line
+from pilot_tui.commands.plan import print_plan
 from pilot_tui.core.rows import PhaseRow
 from pilot_tui.core.steps import campaign_steps
 
@@ -25,22 +27,28 @@ def data() -> dict:
 
 def test_interval_spans_p10_to_p90_around_the_mean_estimate(data) -> None:
     computed = plan.compute_plan(data)
-    entry = computed["package"]["order"][0]
+    entry = computed.package.order[0]
     steady = dict(plan.newest_rows(data)["steady"].details)
-    step = entry["step_time_s"]
+    step = entry.step_time_s
     details = steady | {"step_time_p10_s": step * 0.8, "step_time_p90_s": step * 1.5}
-    span = plan.interval(entry, details)
-    assert span is not None and span["steady_updates"] == steady["updates"]
-    assert span["low_h"] < entry["total_h"] < span["high_h"]
+    span = plan.interval(entry, steady_row(details))
+    assert span is not None and span.steady_updates == steady["updates"]
+    assert span.low_h < entry.total_h < span.high_h
     # No recorded spread (an older record): no range rather than a made-up one.
-    assert plan.interval(entry, {"step_time_p90_s": step}) is None
+    assert plan.interval(entry, steady_row({"step_time_p90_s": step})) is None
+
+
+def steady_row(details: dict) -> PhaseRow:
+    row = PhaseRow.from_toml({"name": "steady", "verdict": "pass", "details": details})
+    assert row is not None
+    return row
 
 
 def test_a_busy_machine_is_named_and_an_idle_one_is_not() -> None:
-    busy = plan.busy_machine({"load_avg_1m": 5.2, "cpu_count": 2, "torch_threads": 1})
+    busy = plan.busy_machine(steady_row({"load_avg_1m": 5.2, "cpu_count": 2, "torch_threads": 1}))
     assert "busy" in busy and "5.2" in busy and "2 cores" in busy
-    assert plan.busy_machine({"load_avg_1m": 1.1, "cpu_count": 2, "torch_threads": 1}) == ""
-    assert plan.busy_machine({}) == ""
+    assert plan.busy_machine(steady_row({"load_avg_1m": 1.1, "cpu_count": 2, "torch_threads": 1})) == ""
+    assert plan.busy_machine(steady_row({})) == ""
 
 
 @pytest.mark.parametrize(
@@ -62,10 +70,10 @@ def test_cuda_need_adds_the_context_nvml_sees_and_the_headroom(data) -> None:
     )
     rows = {"steady": row}
     need = plan.gpu_need(rows, "control", 0.15)
-    assert need["cuda_context_mb"] == 500.0
-    assert need["need_mb"] == pytest.approx(30500 * 1.15, abs=0.1)
-    assert need["smallest_gpu_gb"] == 40
-    sheet = {"gpu_need": need, "headroom": 0.15}
+    assert need.cuda_context_mb == 500.0
+    assert need.need_mb == pytest.approx(30500 * 1.15, abs=0.1)
+    assert need.smallest_gpu_gb == 40
+    sheet = dataclasses.replace(plan.compute_plan(data).sheet, gpu_need=need, headroom=0.15)
     assert plan.memory_caption(sheet).startswith("per-GPU memory incl. CUDA context (NVML)")
 
 
@@ -85,7 +93,7 @@ def test_an_interrupted_record_gets_a_provisional_plan(data, tmp_path: Path) -> 
     path = tmp_path / "cut.toml"
     path.write_text(tomli_w.dumps(cut))
     out = io.StringIO()
-    plan.print_plan(path, out)
+    print_plan(path, out)
     text = out.getvalue()
     planned = len(campaign_steps(plan.spec_of(data)))  # the record's own spec says what was planned
     assert f"! PROVISIONAL: the campaign stopped after 12 of {planned} steps" in text
@@ -105,6 +113,6 @@ def test_the_thread_count_caveat_is_said_once_for_every_configuration(data) -> N
     for row in cut["phases"]:
         if row["name"] == "steady":
             row["details"] |= {"torch_threads": 1, "cpu_count": 2}
-    caveats = plan.compute_plan(cut)["caveats"]
-    assert len(plan.compute_plan(cut)["package"]["order"]) > 1
+    caveats = plan.compute_plan(cut).caveats
+    assert len(plan.compute_plan(cut).package.order) > 1
     assert sum("torch thread count" in c for c in caveats) == 1

@@ -25,7 +25,7 @@ def test_every_row_of_a_current_record_reads_with_its_figures() -> None:
         # A CPU record: the peak is the RSS peak, never a sum of counters.
         assert row.memory.peak() == raw["memory"].get("peak_rss_mb")
     # And the plan still computes from it.
-    assert compute_plan(data)["sheet"]["kept"] == "control"
+    assert compute_plan(data).sheet.kept == "control"
 
 
 def test_the_peak_is_reserved_on_cuda_rss_on_cpu_and_never_a_sum() -> None:

@@ -109,6 +109,9 @@ def mutations() -> Iterator[tuple[str, dict, str]]:
         (("resume", "k"), 0),
         (("overfit", "recover"), 1.5),
         (("variants", 0, "id"), "control"),
+        (("optim", "name"), "lion"),
+        (("variants", 0, "optimizer"), "adam"),
+        (("variants", 0, "precision"), "fp8"),
     ]
     for key, value in ranges:
         yield f"range {key_name(key)}", set_in(demo, key, value), key_name(key)

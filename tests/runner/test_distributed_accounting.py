@@ -59,6 +59,10 @@ def test_nproc_per_node_becomes_the_replicas_of_the_accounting():
         ),
         (
             {"distributed": {"strategy": "ddp"}, "variants": [{"id": "f", "strategy": "zero"}]},
+            "variants[0].strategy: must be one of none, ddp, fsdp, got 'zero'",
+        ),
+        (
+            {"distributed": {"strategy": "ddp"}, "variants": [{"id": "f", "strategy": "none"}]},
             "variants[0].strategy: must be 'ddp' or 'fsdp'",
         ),
         ({"batch": {"num_workers": -1}}, "batch.num_workers: must be ≥ 0"),

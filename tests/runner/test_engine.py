@@ -155,6 +155,9 @@ def test_artifacts_hashes_match_their_files(engine):
         assert a["sha256"] == hashlib.sha256(blob).hexdigest()
     export = next(a for a in artifacts if a["kind"] == "inference_weights")
     assert export["path"].endswith(".safetensors") and export["phase"] == "export"
+    # The write alone is timed for the plan's saves: inside the phase, which also reloads it.
+    save = next(r for r in read_record(session)["phases"] if r["step"] == "save")
+    assert 0 < save["details"]["save_s"] < save["duration_s"]
 
 
 def test_a_rerun_save_never_overwrites_a_recorded_artifact(engine):

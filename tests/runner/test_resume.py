@@ -16,6 +16,8 @@ import tomli_w
 import torch
 from conftest import FAST, deep_merge, demo_raw
 
+from pilot_tui.analysis.plan import read_facts
+from pilot_tui.analysis.plan.rental import restart
 from pilot_tui.runner.data import UpdateSampler
 from pilot_tui.runner.resume_check import compare
 from pilot_tui.session.driver import Session
@@ -79,6 +81,14 @@ def test_resume_in_a_new_process_matches_the_uninterrupted_run(session):
     assert d["resumed_at"] == d["saved_position"] == {"epoch": 0, "position": 4, "seed": 0}
     assert d["batches_drawn_after_resume"] == 3
     assert [u["update"] for u in d["per_update"]] == [5, 6, 7]
+    # The skip a loader-iterating resume would pay, timed: the k = 4 updates' 2 microbatches each.
+    assert (d["skip_updates"], d["skip_microbatches"], d["skip_examples"]) == (4, 8, 64)
+    assert 0 < d["skip_s"] < row["duration_s"]
+    # ...and the plan's restart is built from this real row: a 100-update run, 4 saves.
+    again = restart(read_facts(tomllib.loads(session.record.path.read_text())), 100, 1.0, 16, 0.1, 4)
+    assert again is not None and again.skip_s is not None
+    assert 0 < again.process_s <= d["new_process"]["seconds"]
+    assert again.skip_examples == 50 * 16 and again.redo_s == pytest.approx(25 / 2 * 0.1)
     assert all(u["loss"] == u["loss_resumed"] and u["same_batch"] for u in d["per_update"])
     # The checkpoint is in the record with its hash, before anything loads it.
     artifacts = tomllib.loads(session.record.path.read_text())["artifacts"]

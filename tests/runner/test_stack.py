@@ -12,8 +12,8 @@ import tomli_w
 import torch
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.analysis.plan import print_plan
 from pilot_tui.commands.headless import run_headless
+from pilot_tui.commands.plan import print_plan
 from pilot_tui.core.phase_table import in_group
 from pilot_tui.runner.phases.stack import check_attention, check_extension, check_precision
 from pilot_tui.session.driver import Session

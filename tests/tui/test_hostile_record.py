@@ -14,8 +14,8 @@ from typing import Any
 import tomli_w
 from textual.widgets import DataTable
 
-from pilot_tui.analysis.plan import print_plan
 from pilot_tui.commands.cli import main
+from pilot_tui.commands.plan import print_plan
 from pilot_tui.tui.app import PilotApp
 
 from .conftest import RECORD

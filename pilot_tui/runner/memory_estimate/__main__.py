@@ -68,7 +68,15 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             headroom=float(request.get("headroom") or 0.15),
         )
         return estimate_model_dir(Path(request["model"]), target, _progress, **batch)
-    loaded = with_batch_overrides(load_spec(request["campaign"]), **batch)
+    loaded = load_spec(request["campaign"])
+    if loaded.spec.task.trainer_script:
+        # Its model exists only once the script has built it (weights loaded): not "before any load".
+        raise ValueError(
+            f"{loaded.path}: a trainer_script campaign is estimated by its own estimate phase "
+            "(pilot-tui run), on the model its script builds; `pilot-tui estimate --model DIR` "
+            "estimates a Hugging Face model from its config alone"
+        )
+    loaded = with_batch_overrides(loaded, **batch)
     target = target_of(loaded, **flags)
     if loaded.spec.task.builtin in HF_BUILTINS:
         # Not the task itself: it would read the data and refuse a directory without weights.

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from ...analysis import memory_estimate as est
+from ...core import dimensions
 from ...core.spec import LoadedSpec
 from ...tasks.contract import CAUSAL_LM, CLASSIFICATION
 from ..context import RunContext
@@ -52,21 +53,22 @@ def with_batch_overrides(loaded: LoadedSpec, **batch: Any) -> LoadedSpec:
 def fake_config(
     ctx: RunContext, name: str, target: Target, overrides: dict[str, Any] | None = None
 ) -> FakeConfig:
+    """The configuration's estimable dimensions (core/dimensions.py), for the target machine."""
     variant = name if not name.startswith("fit-") else "control"
     cfg = ctx.config(variant, overrides)
-    return FakeConfig(
-        name=name,
-        microbatch=cfg.microbatch,
-        accumulation=cfg.accumulation,
-        max_length=cfg.max_length,
-        precision=cfg.precision,
-        activation_checkpointing=cfg.activation_checkpointing,
-        strategy=target.strategy,
-        gpus=target.gpus,
-        eval_microbatch=int(ctx.spec.phases.eval_microbatch or cfg.microbatch),
-        grad_clip=ctx.spec.optim.grad_clip,
-        weight_decay=ctx.spec.optim.weight_decay,
-    )
+    values = {d.name: cfg.value(d.name) for d in dimensions.estimable()}
+    own = {f.name for f in fields(FakeConfig)}
+    base: dict[str, Any] = {
+        "name": name,
+        "strategy": target.strategy,
+        "gpus": target.gpus,
+        "eval_microbatch": int(ctx.spec.phases.eval_microbatch or cfg.microbatch),
+        "grad_clip": ctx.spec.optim.grad_clip,
+        "weight_decay": ctx.spec.optim.weight_decay,
+    }
+    # A dimension's value (the configuration's own) wins over the spec's section value.
+    base |= {k: v for k, v in values.items() if k in own}
+    return FakeConfig(**base, extra=tuple((k, v) for k, v in values.items() if k not in own))
 
 
 def campaign_configs(ctx: RunContext, target: Target) -> list[FakeConfig]:
@@ -86,6 +88,8 @@ def campaign_configs(ctx: RunContext, target: Target) -> list[FakeConfig]:
 def source_for(ctx: RunContext) -> ModelSource:
     """A Hugging Face campaign is estimated from its config.json (never its weights); others from the task."""
     t = ctx.spec.task
+    if ctx.adapter is not None:  # a captured trainer (runner/trainer/): its own model and rows
+        return ctx.adapter.estimate_source()
     if t.builtin in HF_BUILTINS and t.options.get("model"):
         return hf_campaign_source(ctx.loaded)
     return task_source(ctx)

@@ -6,12 +6,14 @@ bytes each one would hold, by category, and the peak of their sum. What runs is 
 update: the task's forward and loss, autocast for the precision, `accumulation` microbatches (two
 at most: the second one meets the first one's gradients), gradient clipping and AdamW — twice, so
 the second update runs with the optimizer state already resident, as every later update does
-(the first, which only creates that state, runs one microbatch).
+(the first, which only creates that state, runs one microbatch). The optimizer is the
+configuration's own, built by runner/optimizers.py as the training state builds it.
 
 The simulation runs on fake *CPU* tensors: a CPU-only torch cannot run autograd on fake CUDA
 tensors. Where the GPU differs, the run does what the GPU would: every block is rounded up to the
 CUDA caching allocator's 512 bytes, AdamW takes its CUDA default (foreach, with its temporary),
-and the optimizer's host-side `step` counters are left out of the device's figures.
+and the optimizer's host-side `step` counters are left out of the device's figures (a fused
+optimizer keeps them on the device: they stay in).
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from typing import Any
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...core.reasons import exception_line
 from ...tasks.contract import Task
-from .. import objective
+from .. import objective, optimizers
 from ..training import autocast
 
 MIB = 1024 * 1024
@@ -58,9 +61,14 @@ class FakeConfig:
     # False runs the same update on real tensors, tracked the same way: the check that the fake
     # run reproduces a real one (tests, tiny models only: it allocates).
     fake: bool = True
+    optimizer: str = "adamw"
+    # Estimable dimensions (core/dimensions.py) without a field here, as (name, value).
+    extra: tuple[tuple[str, Any], ...] = ()
 
     def params(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["extra"]
+        return out | dict(self.extra)
 
 
 @dataclass
@@ -191,12 +199,16 @@ TOTAL = "Total"
 
 
 def _host_step_bytes(optimizer: torch.optim.Optimizer, block: int) -> int:
-    """Bytes of AdamW's scalar `step` counters: on a GPU they stay in host memory (not capturable)."""
+    """Bytes of the scalar `step` counters (AdamW, Adafactor): on a GPU they stay in host memory,
+    unless the optimizer is fused or capturable (then they live on the device)."""
     total = 0
-    for state in optimizer.state.values():
-        step = state.get("step")
-        if isinstance(step, torch.Tensor) and step.dim() == 0:
-            total += rounded(step.untyped_storage().nbytes(), block)
+    for group in optimizer.param_groups:
+        if group.get("fused") or group.get("capturable"):
+            continue
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor) and step.dim() == 0:
+                total += rounded(step.untyped_storage().nbytes(), block)
     return total
 
 
@@ -250,11 +262,11 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
             fully_shard(model, mesh=mesh)
         trainable = [p for p in model.parameters() if p.requires_grad]
         trainable_count = sum(p.numel() for p in trainable)  # a DTensor counts its global size
-        # CUDA's default AdamW is foreach (one parameter-sized temporary in the step). Under FSDP
-        # the fake DTensor propagation of foreach ops is counted as global-size tensors, so the
+        # CUDA's default is foreach (one parameter-sized temporary in the step). Under FSDP the
+        # fake DTensor propagation of foreach ops is counted as global-size tensors, so the
         # per-tensor path is simulated there (the docs say what that leaves out).
-        optimizer = torch.optim.AdamW(
-            trainable, lr=1e-4, weight_decay=cfg.weight_decay, foreach=cfg.strategy != "fsdp"
+        optimizer = optimizers.build(
+            cfg.optimizer, trainable, lr=1e-4, weight_decay=cfg.weight_decay, foreach=cfg.strategy != "fsdp"
         )
         train = {k: fake.from_tensor(v) for k, v in train_real.items()}
         tracker = _tracker(cfg, model, optimizer)
@@ -289,7 +301,8 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
                     figures["gradients"] = _category(_snapshot(tracker, device), *GRADS)
                 if cfg.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip)
-                optimizer.step()
+                with _step_scalars() if cfg.fake else contextlib.nullcontext():
+                    optimizer.step()
             steady = _snapshot(tracker, device)
             peak = _peak(tracker, device)
         host_steps = _host_step_bytes(optimizer, block)
@@ -322,6 +335,26 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
     }
     result |= {f"{k}_bytes": v for k, v in figures.items()}
     return result
+
+
+@contextlib.contextmanager
+def _step_scalars() -> Iterator[None]:
+    """Inside a fake optimizer step, a tensor read as a Python number reads 1.
+
+    Adafactor reads its step count and two norms per parameter with `.item()`; a fake tensor has
+    no value to give. Those numbers only scale the update: what the step allocates (its state,
+    its temporaries) does not depend on them, so the step's memory is counted exactly.
+    """
+
+    class StepScalars(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.ops.aten._local_scalar_dense.default:
+                t = args[0]
+                return True if t.dtype is torch.bool else (1.0 if t.is_floating_point() else 1)
+            return func(*args, **(kwargs or {}))
+
+    with StepScalars():
+        yield
 
 
 class _RealMode:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
 from .. import finiteness
@@ -39,7 +41,11 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant, state = _finite_state(ctx, run, "save")
     # A rerun at the same step gets a new name: an earlier artifact entry keeps its file (R14).
     path = dist_state.from_rank0(_unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt"))
+    t0 = time.perf_counter()
     save_training_state(state, path)
+    # The write alone (the reload and comparison below are the pilot's, not the run's): what
+    # each save of the real run costs the plan.
+    save_s = time.perf_counter() - t0
     entry = artifact_entry(path, "training_checkpoint", phase="save", variant=variant, step=state.step)
     _record_artifact(ctx, entry)
     # The save is only as good as its reload: read it back with the safe rules (R17).
@@ -64,6 +70,7 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
             "contents": list(CHECKPOINT_KEYS),
             "step": state.step,
             "size_mb": round(entry["size"] / 2**20, 3),
+            "save_s": round(save_s, 6),
         }
     )
 

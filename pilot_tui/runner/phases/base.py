@@ -50,6 +50,9 @@ class Outcome:
     params: dict[str, Any] = field(default_factory=dict)
     # Stopped by a cancel: the row says so (`cancelled = true`) and the step runs again.
     cancelled: bool = False
+    # The phase's duration when its work ran before the body (a captured trainer's load ran in the
+    # script, up to its train()): the row's duration_s, read by the plan.
+    duration_s: float | None = None
 
 
 @dataclass
@@ -131,7 +134,7 @@ def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, 
 
 def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str, Any]:
     """Run one step and return its record row; nothing that happens inside escapes."""
-    body = PHASES.get(step.phase)
+    body = ctx.bodies.get(step.phase) or PHASES.get(step.phase)
     run = PhaseRun(step=step, overrides=dict(overrides))
     if step.variant != "control" or overrides:
         cfg = ctx.config(step.variant, overrides)
@@ -186,6 +189,8 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     except BaseException as exc:
         poison = poison or exception_line(exc, 300)
         memory = probe.baseline()
+    if outcome.duration_s is not None:
+        seconds = outcome.duration_s
     if poison is not None:
         outcome = _poisoned_outcome(ctx, run, outcome, poison)
     over = _gate(ctx, run, probe, memory, seconds) if poison is None else None

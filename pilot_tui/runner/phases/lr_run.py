@@ -21,36 +21,31 @@ from typing import Any
 import torch
 
 from ...analysis.board import best_validation, parse_run_name
+from ...core import dimensions
 from ...core.atomic import write_text_atomic
 from ...core.events import RecordUpdate, RunUpdate
 from ...core.hashing import artifact_entry
 from ...core.phase_table import lr_run_name
 from ...core.reasons import exception_line
 from ...core.spec import LRBoardSpec, StopSpec
-from ...core.verdict import FAIL, PASS, WARN
+from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, WARN
 from ...tasks.contract import CAUSAL_LM, Batch
 from .. import objective
 from ..context import Cancelled, RunContext
 from ..training import TrainConfig, TrainState, autocast, collate, train_update
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
-# Overrides an LR run accepts. The session adds `attempt` and `retry_of` (it sees the record);
-# `lr` and `seed` must agree with the run's name; the others may change only how the same
-# effective batch is computed (and are checked).
-ALLOWED_OVERRIDES = frozenset(
-    {
-        "attempt",
-        "retry_of",
-        "lr",
-        "seed",
-        "microbatch",
-        "accumulation",
-        "precision",
-        "activation_checkpointing",
-        "max_length",
-        "updates",
-    }
-)
+# Overrides an LR run accepts besides the dimensions that allow it (core/dimensions.py: lr,
+# microbatch, accumulation, precision, activation checkpointing, max length). The session adds
+# `attempt` and `retry_of` (it sees the record); `lr` and `seed` must agree with the run's name;
+# the others may change only how the same effective batch is computed (and are checked).
+RUN_OVERRIDES = frozenset({"attempt", "retry_of", "seed", "updates"})
+
+
+def allowed_overrides() -> frozenset[str]:
+    return RUN_OVERRIDES | dimensions.lr_run_overrides()
+
+
 # The board redraws at most ~10 times a second; validations always go out.
 UPDATE_PERIOD_S = 0.1
 # Updates whose example indices make `first_batches_sha256` (the same-start evidence).
@@ -87,7 +82,7 @@ def plan_run(ctx: RunContext, run: PhaseRun) -> RunPlan:
         lr, seed = parse_run_name(name)
     except ValueError as exc:
         raise _refuse(str(exc)) from None
-    unknown = sorted(set(ov) - ALLOWED_OVERRIDES)
+    unknown = sorted(set(ov) - allowed_overrides())
     if unknown:
         raise _refuse(f"an LR run cannot change {', '.join(unknown)}")
     declared = [x for x in (board.control, *board.variants) if lr_run_name(x, seed) == name]
@@ -277,7 +272,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
         # The run keeps its row whatever happened, then the phase row says why (R14).
         cancelled = isinstance(exc, Cancelled)
         row["status"] = "cancelled" if cancelled else "failed"
-        row["reason"] = "cancelled by the user" if cancelled else exception_line(exc)
+        row["reason"] = CANCELLED_BY_USER if cancelled else exception_line(exc)
         _finish(ctx, row, t0, live)
         raise
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...analysis import memory_estimate as est
+from ...core import dimensions
 from ...core.events import RecordUpdate
 from ...core.verdict import FAIL, PASS, WARN
 from ..context import RunContext
@@ -34,23 +35,16 @@ FIGURES = (
 
 def flat_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """One configuration's figures in MiB, flat, as the record and the plan read them."""
-    out: dict[str, Any] = {
-        k: entry[k]
-        for k in (
-            "name",
-            "microbatch",
-            "accumulation",
-            "max_length",
-            "precision",
-            "activation_checkpointing",
-            "strategy",
-            "gpus",
-            "estimable",
-            "trainable_parameters",
-            "seconds",
-        )
-        if k in entry
-    }
+    keys = (
+        "name",
+        *(d.name for d in dimensions.estimable()),
+        "strategy",
+        "gpus",
+        "estimable",
+        "trainable_parameters",
+        "seconds",
+    )
+    out: dict[str, Any] = {k: entry[k] for k in keys if k in entry}
     for key in FIGURES:
         if f"{key}_bytes" in entry:
             out[f"{key}_mb"] = round(entry[f"{key}_bytes"] / MIB, 3)

@@ -17,8 +17,10 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ...core.dimensions import OPTIMIZERS
 from ...core.reasons import exception_line, first_line
 from ...core.verdict import FAIL, PASS, WARN
+from .. import optimizers
 from ..context import RunContext
 from ..distributed.group import GroupFailure
 from ..distributed.launcher import backend, measure_interconnect, world_size
@@ -155,9 +157,48 @@ def campaign_precisions(ctx: RunContext) -> dict[str, list[str]]:
     """precision -> the configurations (control and variants) that use it."""
     used: dict[str, list[str]] = {ctx.spec.batch.precision: ["control"]}
     for v in ctx.spec.variants:
-        if v.precision:
-            used.setdefault(v.precision, []).append(v.id)
+        if v.get("precision"):
+            used.setdefault(v.get("precision"), []).append(v.id)
     return used
+
+
+def campaign_optimizers(ctx: RunContext) -> dict[str, list[str]]:
+    """optimizer -> the configurations (control and variants) that use it."""
+    used: dict[str, list[str]] = {ctx.spec.optim.name: ["control"]}
+    for v in ctx.spec.variants:
+        if v.get("optimizer"):
+            used.setdefault(v.get("optimizer"), []).append(v.id)
+    return used
+
+
+def check_optimizers(ctx: RunContext, failures: list[str], warns: list[str]) -> list[dict[str, Any]]:
+    """Every optimizer of the table, built and stepped on the device (the used ones decide).
+
+    One the installed torch lacks fails its configurations; a fused kernel the device lacks
+    falls back to its unfused twin (the configuration's row says so): a warning.
+    """
+    used = campaign_optimizers(ctx)
+    results = []
+    for name in OPTIMIZERS:
+        result = optimizers.probe(name, ctx.device) | {"used_by": used.get(name, [])}
+        results.append(result)
+        if result["ok"] or not result["used_by"]:
+            continue
+        who = (
+            "declared optimizer"
+            if "control" in result["used_by"]
+            else f"variant(s) {', '.join(result['used_by'])}:"
+        )
+        fallback = optimizers.FALLBACK.get(name)
+        if fallback:
+            warns.append(
+                f"{who} {name} does not run on {ctx.device.type}: runs as {fallback} ({result['error']})"
+            )
+        elif "control" in result["used_by"]:
+            failures.append(f"{who} {name} does not run here ({result['error']})")
+        else:
+            warns.append(f"{who} {name} does not run here ({result['error']})")
+    return results
 
 
 @phase("stack")
@@ -202,6 +243,7 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
         failures.append("several GPUs are planned but this torch build has no NCCL")
     if not any(a["status"] == "usable" for a in attention):
         warns.append("no scaled-dot-product attention backend ran")
+    details["optimizers"] = check_optimizers(ctx, failures, warns)
     task_probe(ctx, details, failures)
     failures += check_interconnect(ctx, details)
     details["failures"] = failures
@@ -212,8 +254,10 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
         return Outcome(WARN, "; ".join(warns), details)
     usable = [a["backend"] for a in attention if a["status"] == "usable"]
     n_ext = len(extensions)
+    optims = list(campaign_optimizers(ctx))
+    runs = f"optimizer {optims[0]} runs" if len(optims) == 1 else f"optimizers {', '.join(optims)} run"
     reason = (
-        f"torch {torch.__version__} on {device}; {', '.join(used)} supported; attention: "
+        f"torch {torch.__version__} on {device}; {', '.join(used)} supported; {runs}; attention: "
         f"{', '.join(usable)}; {n_ext} extension{'s' if n_ext != 1 else ''} imported"
     )
     if "interconnect" in details:

@@ -118,11 +118,17 @@ def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
             breakdown["saved_activations_note"] = f"not measured: {exception_line(exc)}"[:200]
     else:
         breakdown["memory_note"] = (
-            "no training state left to measure (the variant failed before building one)"
+            "a captured trainer's memory is not broken down yet (weights, gradients, optimizer state)"
+            if ctx.adapter is not None
+            else "no training state left to measure (the variant failed before building one)"
         )
     breakdown["accumulation_note"] = vmath.ACCUMULATION_NOTE
     question = same_question(
-        ctx, variant, int(params.get("max_length", ctx.max_length)), int(params.get("effective_batch", 0))
+        ctx,
+        variant,
+        int(params.get("max_length", ctx.max_length)),
+        int(params.get("effective_batch", 0)),
+        params,
     )
     control = ctx.memo.get(ENTRIES, {}).get("control") if variant != "control" else None
     if variant != "control" and control is None and vmath.variant_phase_rows(all_rows, "control"):
@@ -285,8 +291,15 @@ def compare_targets(control: Sequence[tuple], variant: Sequence[tuple]) -> tuple
     return changed, lost, sum(len(a) for a in control)
 
 
-def same_question(ctx: RunContext, variant: str, max_length: int, effective_batch: int) -> dict[str, Any]:
-    """Collate the whole train set with the control's and the variant's max length and compare."""
+def same_question(
+    ctx: RunContext,
+    variant: str,
+    max_length: int,
+    effective_batch: int,
+    params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Collate the whole train set with the control's and the variant's max length and compare;
+    the dimensions that change the question by themselves are compared on the params."""
     control_cfg = ctx.config("control")
     examples = len(ctx.splits["train"])
     if variant == "control" or max_length == control_cfg.max_length:
@@ -302,4 +315,6 @@ def same_question(ctx: RunContext, variant: str, max_length: int, effective_batc
         supervised_control=supervised,
         effective_batch=effective_batch or control_cfg.effective_batch,
         control_effective_batch=control_cfg.effective_batch,
+        params=params,
+        control_params=control_cfg.params(),
     )

@@ -1,7 +1,8 @@
 """Batch pane: the `inspect` phase's examples token by token, coloured by what the loss sees.
 
 Colour tokens: supervised (counts in the loss), ignored (label = ignore index), padding, and cut
-(dropped by truncation). Then the per-example summary and the flags over the whole dataset.
+(dropped by truncation); a magenta bar marks a document boundary in a packed row (position_ids
+restart). Then the per-example summary and the flags over the whole dataset.
 """
 
 from __future__ import annotations
@@ -35,11 +36,18 @@ VERDICT_STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 VERDICT_MARKS = {"pass": "✓", "warn": "!", "fail": "✗"}
 
 
-def legend() -> Text:
+# A document boundary in a packed or padding-free row (position_ids restart), drawn before the token.
+BOUNDARY, BOUNDARY_STYLE = "│", "bold magenta"
+
+
+def legend(boundaries: bool = False) -> Text:
     text = Text("legend: ")
     for kind, style in TOKEN_STYLES.items():
         text.append(f" {kind} ", style=style)
         text.append(" ")
+    if boundaries:
+        text.append(BOUNDARY, style=BOUNDARY_STYLE)
+        text.append(" document boundary")
     return text
 
 
@@ -58,6 +66,8 @@ def token_text(tokens: list[Any]) -> Text:
         else:
             piece, role = str(tok), ""
         piece = piece.replace("\n", "⏎").replace(" ", "␣") or "∅"
+        if isinstance(tok, dict) and tok.get("boundary"):
+            out.append(BOUNDARY, style=BOUNDARY_STYLE)
         out.append(piece, style=TOKEN_STYLES.get(role, ""))
     return out
 
@@ -98,7 +108,13 @@ def render_inspect(row: PhaseRow | None) -> RenderableType:
     examples = details.pop("examples", None) or []
     details.pop("legend", None)
     if any(isinstance(e, dict) and e.get("tokens") for e in examples):
-        parts.append(legend())
+        boundaries = any(
+            isinstance(t, dict) and t.get("boundary")
+            for e in examples
+            if isinstance(e, dict) and isinstance(e.get("tokens"), list)
+            for t in e["tokens"]
+        )
+        parts.append(legend(boundaries))
     parts.append(Text(""))
     for i, example in enumerate(examples):
         if not isinstance(example, dict):

@@ -17,6 +17,7 @@ from textual_plotext import PlotextPlot
 
 from ...analysis import board
 from ...analysis.board import parse_run_name, split_run_id
+from ...core import dimensions
 from ...core.rows import PEAK_KEYS, Memory, RunRow
 from ..state import fmt_value
 
@@ -93,13 +94,10 @@ def run_cells(run: RunRow) -> tuple[Any, ...]:
     )
 
 
-# (header, record keys tried in order); a column shows only when some variant has it.
-VARIANT_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("variant", ("id",)),
-    ("mb×acc", ("microbatch",)),
-    ("len", ("max_length",)),
-    ("prec", ("precision",)),
-    ("ckpt", ("activation_checkpointing",)),
+# (header, record keys tried in order) around the dimensions' columns; a column shows only
+# when some variant has it.
+LEADING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (("variant", ("id",)),)
+TRAILING_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("verdict", ("verdict",)),
     ("peak", PEAK_KEYS),
     ("peak ×", ("peak_reserved_ratio", "peak_rss_ratio", "peak_ratio")),
@@ -108,15 +106,34 @@ VARIANT_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+def variant_columns(variants: list[dict[str, Any]]) -> list[tuple[str, tuple[str, ...]]]:
+    """The columns of the variants table: each configuration dimension with a header
+    (core/dimensions.py) shows when the entries differ in it — what the variants vary."""
+    dims = []
+    for d in dimensions.with_column():
+        values = {repr(v[d.params_key]) for v in variants if d.params_key in v}
+        if len(values) > 1:
+            dims.append((d.column, (d.params_key,)))
+    columns = [*LEADING_COLUMNS, *dims, *TRAILING_COLUMNS]
+    return [(h, keys) for h, keys in columns if any(k in v for v in variants for k in keys)]
+
+
+def _dimension_cell(d: dimensions.Dimension, value: Any, v: dict[str, Any]) -> Text:
+    if d.name == "microbatch":
+        return Text(f"{value}×{v.get('accumulation', '?')}")
+    if d.type is bool:
+        return Text("on" if value else "off")
+    return Text(fmt_value(value))
+
+
 def _variant_cell(header: str, keys: tuple[str, ...], v: dict[str, Any]) -> Text:
     # A variant entry carries the same peak counters as a row: rows.Memory picks the figure.
     value = Memory.from_toml(v).peak() if header == "peak" else next((v[k] for k in keys if k in v), None)
     if value is None:
         return Text("—" if header != "variant" else "?", style="dim")
-    if header == "mb×acc":
-        return Text(f"{value}×{v.get('accumulation', '?')}")
-    if header == "ckpt":
-        return Text("on" if value else "off")
+    dim = next((d for d in dimensions.with_column() if d.column == header), None)
+    if dim is not None:
+        return _dimension_cell(dim, value, v)
     if header == "peak":
         return Text(f"{value:,.0f} MiB" if isinstance(value, int | float) else str(value))
     if header in ("peak ×", "step ×"):
@@ -133,7 +150,7 @@ def _variant_cell(header: str, keys: tuple[str, ...], v: dict[str, Any]) -> Text
 def variants_table(variants: list[dict[str, Any]]) -> Table:
     """The memory variants beside the control: peak and step time as ratios, same question or not."""
     table = Table(title="memory variants vs control", box=None, padding=(0, 1), title_justify="left")
-    columns = [(h, keys) for h, keys in VARIANT_COLUMNS if any(k in v for v in variants for k in keys)]
+    columns = variant_columns(variants)
     for header, _ in columns:
         table.add_column(header, no_wrap=True)
     for v in variants:

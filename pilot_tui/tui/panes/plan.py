@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ...analysis.plan import text_lines
+from ...analysis.plan import Plan, PlanFormatError, text_lines
 from ..state import fmt_value
 
 NO_PLAN = (
@@ -104,8 +104,8 @@ def plan_text(plan: dict[str, Any] | None, detailed: bool) -> RenderableType:
     if "error" in plan:
         return Text(f"plan: could not be computed: {plan['error']}", style="bold red")
     try:
-        lines = text_lines(plan)
-    except (KeyError, TypeError, ValueError):
+        lines = text_lines(Plan.from_toml(plan))
+    except PlanFormatError:
         return render_plan(plan)  # an older or partial [plan]: show what it holds
     parts: list[RenderableType] = []
     grid: Table | None = None

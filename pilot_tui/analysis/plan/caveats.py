@@ -1,0 +1,125 @@
+"""What the plan's figures assume, and the caveats a renter must read before them.
+
+Kept apart from the sheet and the package: each adds to the plan without changing how it is
+computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ...core.rows import PhaseRow
+from ...core.verdict import PASS
+from .inputs import Environment, Facts, number_at, step_key, text
+from .package import PackagePlan
+from .sheet import ChoiceSheet
+
+# Above this 1-minute load average per core the timed loop shared the CPU: its step times are not
+# the machine's (identical pilots on a busy 2-core machine predicted 0.8 to 4.0 h).
+BUSY_LOAD_PER_CORE = 1.0
+CPU_CAVEAT = (
+    "measured on the CPU: times and memory are this CPU's, not a GPU's; "
+    "re-run the pilot on the rented GPU before trusting the days"
+)
+
+
+def assumptions(facts: Facts, sheet: ChoiceSheet) -> list[str]:
+    """The campaign-wide assumptions of the package's figures (each estimate adds its own notes)."""
+    spec = facts.spec
+    out = []
+    for phase in sheet.untested:
+        out.append(f"{phase} did not run: the plan assumes it works — run it before renting for days")
+    for phase in sheet.skipped_checks:
+        out.append(f"{phase} is skipped by the campaign (phases.skip): the plan assumes it works")
+    replicas = sheet.replicas or 1
+    if spec.plan.gpus > replicas:
+        out.append(
+            f"plan.gpus = {spec.plan.gpus} but the pilot measured {replicas} replica(s): the estimate is for "
+            f"{replicas} GPU(s); no speed-up from more GPUs is assumed until it is measured"
+        )
+    if replicas > 1:
+        # R22: the step time is the slowest rank's, measured on `replicas` ranks with their
+        # collectives in it; never one GPU's time divided by the GPU count.
+        out.append(
+            f"step times were measured on {replicas} ranks under torchrun ({spec.distributed.strategy}), "
+            "slowest rank, collectives included: no linear speed-up is assumed"
+        )
+    if facts.environment.device.startswith("cpu"):
+        out.append(
+            "step times were measured on the CPU: re-run the pilot on the rented GPU before trusting the days"
+        )
+    note = tf32_note(facts.environment, facts.rows.values())
+    if note:
+        out.append(note)
+    out.append(
+        "the full dataset has the pilot's sequence lengths; evaluation is timed on the longest "
+        "validation batch, so its reserve is an upper bound"
+    )
+    return out
+
+
+def tf32_note(environment: Environment, rows: Iterable[PhaseRow]) -> str | None:
+    """A line when fp32 steps were timed on a GPU with TF32 off (the [environment] says so).
+
+    TF32 makes fp32 matmuls several times faster on Ampere and later: a plan timed without it
+    is pessimistic for a run that turns it on, and the reader must know which one it is.
+    """
+    if not environment.device.startswith("cuda") or environment.tf32_matmul:
+        return None
+    timed = sorted(
+        r.key for r in rows if r.name in ("first_step", "steady") and text(r.params, "precision") == "fp32"
+    )
+    if not timed:
+        return None
+    return (
+        f"fp32 steps ({', '.join(timed[:3])}{', …' if len(timed) > 3 else ''}) were timed with TF32 off "
+        "(torch.backends.cuda.matmul.allow_tf32 = False): a run that enables TF32 is faster than planned"
+    )
+
+
+def busy_machine(steady: PhaseRow) -> str:
+    """A caveat when the machine was too busy during the timed loop for its times to be trusted."""
+    load = number_at(steady.details, "load_avg_1m")
+    cores = int(steady.detail("cpu_count"))
+    threads = int(steady.detail("torch_threads"))
+    if load is None or cores < 1:
+        return ""
+    if load <= BUSY_LOAD_PER_CORE * cores:
+        return ""
+    return (
+        f"the machine was busy while steady was timed (load average {load:.1f} on {cores} cores): "
+        "its step times are not this machine's; re-run the pilot on an idle machine"
+        + (f" (torch used {threads} thread(s))" if threads else "")
+    )
+
+
+def caveats(
+    facts: Facts, sheet: ChoiceSheet, package: PackagePlan, provisional: str | None
+) -> tuple[str, ...]:
+    """What a renter reads first: provisional, CPU-measured, what the memory figure is, busy machine."""
+    out: list[str] = [provisional] if provisional else []
+    if sheet.device.startswith("cpu"):
+        out.append(CPU_CAVEAT)
+    out.append(f"memory: {sheet.memory_caption}")
+    space, timeout = package.disk, package.save_timeout
+    if space is not None and space.status != PASS:
+        out.append(f"disk ({space.status}): {space.reason} in {space.checkpoint_dir}")
+    if timeout is not None and timeout.status != PASS:
+        out.append(f"save ({timeout.status}): {timeout.reason}")
+    for run in package.order:
+        steady = facts.rows.get(step_key("steady", run.id))
+        if steady is None:
+            continue
+        busy = busy_machine(steady)
+        if busy and busy not in out:
+            out.append(busy)
+        threads = steady.details.get("torch_threads")
+        if isinstance(threads, int):
+            cores = text(steady.details, "cpu_count", "?")
+            line = (
+                f"step times hold at the pilot's torch thread count ({threads} threads "
+                f"on {cores} cores): another thread count or other load changes them"
+            )
+            if line not in out:  # one line per distinct count, not one per configuration
+                out.append(line)
+    return tuple(out)

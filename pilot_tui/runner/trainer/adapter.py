@@ -1,0 +1,279 @@
+"""A captured trainer seen as the campaign's task: its datasets as examples, its collator as the
+collate, its tokenizer as the decoder, so the existing data checks read *their* batches.
+
+Rows are collated one at a time through the trainer's own dataloader collator (the real one,
+with the columns the trainer removes already removed), then stacked with right padding marked
+in the attention mask: per-example figures stay per example even for padding-free collators
+that flatten a batch into one row. The batches the loop really gets are shown apart
+(`batches.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...analysis.checks import Check, listing
+from ...core.verdict import FAIL, PASS
+from ...tasks.contract import CAUSAL_LM, Example, Task
+from .estimate import trainer_source
+from .loop import unwrapped
+
+IGNORE = -100
+TRAIN, EVAL = "train", "eval"
+# Special tokens that end a turn, by name (besides the EOS): `<|end|>`, `<|im_end|>`, `<|eot_id|>`.
+END_NAMES = re.compile(r"end|eot", re.IGNORECASE)
+
+
+@dataclass
+class Rows:
+    """One of the trainer's datasets as its dataloader sees it: the rows and the collator."""
+
+    dataset: Any
+    collate_fn: Any
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def one(self, i: int) -> dict[str, torch.Tensor]:
+        batch = self.collate_fn([self.dataset[int(i)]])
+        return {k: v for k, v in dict(batch).items() if isinstance(v, torch.Tensor)}
+
+
+def _rows(trainer: Any, which: str) -> Rows | None:
+    if which == TRAIN:
+        if trainer.train_dataset is None:
+            return None
+        loader = trainer.get_train_dataloader()
+    else:
+        if trainer.eval_dataset is None or isinstance(trainer.eval_dataset, dict):
+            return None
+        loader = trainer.get_eval_dataloader()
+    return Rows(loader.dataset, loader.collate_fn)
+
+
+def stack(rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
+    """One-row batches right-padded into one: padding is mask 0 and label -100."""
+    width = max(1, max(int(r["input_ids"].shape[-1]) for r in rows))
+    n = len(rows)
+    out = {
+        "input_ids": torch.full((n, width), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros((n, width), dtype=torch.long),
+        "labels": torch.full((n, width), IGNORE, dtype=torch.long),
+    }
+    has_pos = all("position_ids" in r for r in rows)
+    if has_pos:
+        out["position_ids"] = torch.zeros((n, width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids = r["input_ids"].reshape(-1)
+        length = ids.shape[0]
+        out["input_ids"][i, :length] = ids
+        mask = r.get("attention_mask")
+        out["attention_mask"][i, :length] = 1 if mask is None else mask.reshape(-1)
+        labels = r.get("labels")
+        out["labels"][i, :length] = ids if labels is None else labels.reshape(-1)
+        if has_pos:
+            out["position_ids"][i, :length] = r["position_ids"].reshape(-1)
+    return out
+
+
+def end_ids(tok: Any) -> set[int]:
+    """The EOS and the special tokens named like an end of turn."""
+    ids = {tok.eos_token_id} if getattr(tok, "eos_token_id", None) is not None else set()
+    for text in getattr(tok, "all_special_tokens", []) or []:
+        if END_NAMES.search(text) and text != getattr(tok, "pad_token", None):
+            found = tok.convert_tokens_to_ids(text)
+            if isinstance(found, int) and found >= 0:
+                ids.add(found)
+    return ids
+
+
+@dataclass
+class TrainerAdapter:
+    """The captured trainer, its rows and the Task that exposes them to the data checks."""
+
+    trainer: Any
+    train: Rows
+    eval: Rows | None
+    tokenizer: Any
+    pad_id: int
+    ends: set[int] = field(default_factory=set)
+    task: Task = field(init=False)
+
+    def __post_init__(self) -> None:
+        examples: list[Example] = [
+            {"id": f"train[{i}]", "group": f"train[{i}]", "split": TRAIN, "row": i}
+            for i in range(len(self.train))
+        ]
+        if self.eval is not None:
+            examples += [
+                {"id": f"eval[{i}]", "group": f"eval[{i}]", "split": EVAL, "row": i}
+                for i in range(len(self.eval))
+            ]
+        self.examples = examples
+        self._lengths: dict[tuple[str, int], int] = {}
+        self.task = Task(
+            name=f"trainer:{type(self.trainer).__name__}",
+            kind=CAUSAL_LM,
+            examples=examples,
+            build_model=self._no_build,
+            collate=self.collate,
+            group_key="group",
+            decode_token=self.decode,
+            default_max_length=0,
+            ignore_index=IGNORE,
+            pad_id=self.pad_id,
+            stop_ids=tuple(sorted(self.ends)),
+            data_checks=self.checks,
+        )
+
+    @staticmethod
+    def _no_build() -> torch.nn.Module:
+        raise RuntimeError("a captured trainer's model is the script's own; the pilot never builds another")
+
+    def rows_of(self, split: str) -> Rows:
+        rows = self.train if split == TRAIN else self.eval
+        if rows is None:
+            raise ValueError(f"the trainer has no {split} dataset")
+        return rows
+
+    def one(self, example: Example) -> dict[str, torch.Tensor]:
+        return self.rows_of(example["split"]).one(example["row"])
+
+    def collate(self, examples: Sequence[Example], max_length: int) -> dict[str, torch.Tensor]:
+        batch = stack([self.one(ex) for ex in examples], self.pad_id)
+        if max_length and batch["input_ids"].shape[1] > max_length:
+            batch = {k: v[:, :max_length] for k, v in batch.items()}
+        return batch
+
+    def decode(self, token: int) -> str:
+        if self.tokenizer is None:
+            return str(token)
+        return self.tokenizer.decode(
+            [int(token)], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    def splits(self) -> dict[str, list[int]]:
+        n = len(self.train)
+        return {
+            "train": list(range(n)),
+            "validation": list(range(n, len(self.examples))),
+            "test": [],
+        }
+
+    def length(self, split: str, i: int) -> int:
+        key = (split, i)
+        if key not in self._lengths:
+            row = self.rows_of(split).dataset[int(i)]
+            ids = row.get("input_ids") if isinstance(row, Mapping) else None
+            self._lengths[key] = (
+                len(ids) if ids is not None else int(self.rows_of(split).one(i)["input_ids"].numel())
+            )
+        return self._lengths[key]
+
+    def estimate_source(self) -> Any:
+        """The fake-tensor estimate's model source (runner/memory_estimate reads it through here)."""
+        return trainer_source(self, unwrapped(self.trainer))
+
+    def longest(self) -> int:
+        """The longest row the trainer's datasets hold (the campaign's max length)."""
+        rows = [("train", self.train), ("eval", self.eval)]
+        return max((self.length(s, i) for s, r in rows if r is not None for i in range(len(r))), default=0)
+
+    def checks(self) -> list[Check]:
+        return [self.end_check(), self.boundary_check()]
+
+    def _train_batches(self, size: int = 64):
+        idx = list(range(len(self.train)))
+        for start in range(0, len(idx), size):
+            chunk = idx[start : start + size]
+            yield chunk, stack([self.train.one(i) for i in chunk], self.pad_id)
+
+    def end_check(self) -> Check:
+        """A reply must teach the model to stop: an end token right after a scored span that is
+        not scored itself (a collator masking every pad id when pad = EOS; a template leaving
+        the end of turn outside the assistant mask) is a model that never learns to end."""
+        if not self.ends:
+            return Check(
+                "end_supervised", PASS, "the tokenizer names no EOS or end-of-turn token: not checked"
+            )
+        bad: list[str] = []
+        spans = 0
+        ends = torch.tensor(sorted(self.ends))
+        for chunk, b in self._train_batches():
+            scored = b["labels"] != IGNORE
+            scored[:, 0] = False  # the shift: position 0 is never a target
+            real = b["attention_mask"].bool()
+            # A position just after a scored one, itself not scored, holding an end token.
+            after = torch.zeros_like(scored)
+            after[:, 1:] = scored[:, :-1] & ~scored[:, 1:] & real[:, 1:]
+            is_end = torch.isin(b["input_ids"], ends)
+            spans += int(after.sum())
+            hit = (after & is_end).any(1)
+            bad += [f"train[{chunk[r]}]" for r in hit.nonzero().flatten().tolist()]
+        n = len(self.train)
+        names = ", ".join(repr(self.decode(t)) for t in sorted(self.ends))
+        if bad:
+            return Check(
+                "end_supervised",
+                FAIL,
+                f"{len(bad)} of {n} train examples end a scored reply with an end token ({names}) that is "
+                f"not scored itself: the model never learns to stop (a collator masking every pad id while "
+                f"pad = EOS, or an end of turn outside the assistant mask) — e.g. {listing(bad, len(bad))}",
+                len(bad),
+                bad[:10],
+            )
+        return Check(
+            "end_supervised", PASS, f"every scored reply that reaches an end token ({names}) scores it"
+        )
+
+    def boundary_check(self) -> Check:
+        """In a packed or padding-free row a document's first token must not be predicted from
+        the previous document's last one."""
+        rows = 0
+        bad: list[str] = []
+        for chunk, b in self._train_batches():
+            if "position_ids" not in b:
+                return Check("document_boundaries", PASS, "no position_ids: one document per row")
+            starts = (b["position_ids"] == 0) & b["attention_mask"].bool()
+            starts[:, 0] = False
+            rows += int(starts.any(1).sum())
+            hit = (starts & (b["labels"] != IGNORE)).any(1)
+            bad += [f"train[{chunk[r]}]" for r in hit.nonzero().flatten().tolist()]
+        if bad:
+            return Check(
+                "document_boundaries",
+                FAIL,
+                f"{len(bad)} packed rows score a document's first token, predicted from the previous "
+                f"document — e.g. {listing(bad, len(bad))}",
+                len(bad),
+                bad[:10],
+            )
+        return Check(
+            "document_boundaries",
+            PASS,
+            f"{rows} of {len(self.train)} rows hold several documents; no first token of a document is scored",
+        )
+
+
+def adapt(trainer: Any) -> TrainerAdapter:
+    for name in ("train_dataset", "eval_dataset"):
+        ds = getattr(trainer, name)
+        if ds is not None and not isinstance(ds, dict) and not hasattr(ds, "__getitem__"):
+            raise ValueError(
+                f"its {name} is a {type(ds).__name__} without indexed rows (an IterableDataset?): "
+                "the pilot needs rows it can index (a datasets.Dataset or a map-style torch Dataset)"
+            )
+    train = _rows(trainer, TRAIN)
+    if train is None:
+        raise ValueError("the trainer has no train_dataset")
+    tok = getattr(trainer, "processing_class", None)
+    tok = getattr(tok, "tokenizer", tok)  # a processor holds its tokenizer
+    pad = getattr(tok, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tok, "eos_token_id", None) or 0
+    return TrainerAdapter(trainer, train, _rows(trainer, EVAL), tok, int(pad), end_ids(tok) if tok else set())

@@ -1,0 +1,112 @@
+"""Open a trainer campaign: capture the script, change its arguments, wrap it as the task."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from ...core.events import WireMessage
+from ...core.hashing import sha256_file
+from ...core.spec import LoadedSpec
+from ...tasks.loader import TaskError
+from ..context import RunContext
+from ..probes import _vm_hwm_bytes
+
+# Imported for their @body registrations.
+from . import board, data_gates, engine_gates, resume_gate  # noqa: F401
+from .adapter import adapt
+from .capture import CaptureError, capture
+from .loop import checkpointing, snapshot, unwrapped
+from .registry import BODIES, INITIAL
+from .settings import apply_pilot_settings
+
+OUTPUT_DIR = "trainer-output"
+
+
+def capture_for(loaded: LoadedSpec) -> Any:
+    """The campaign's script captured as the user would run it: `python SCRIPT ARGS...` in the
+    campaign file's folder, with `task.env` set."""
+    t = loaded.spec.task
+    try:
+        return capture(loaded.resolve(t.trainer_script), t.args, cwd=loaded.path.parent, env=t.env)
+    except CaptureError as exc:
+        raise TaskError(str(exc)) from None
+
+
+def versions() -> dict[str, str]:
+    out = {"transformers": transformers.__version__, "torch": torch.__version__}
+    for name in ("trl", "accelerate", "datasets", "peft"):
+        try:
+            out[name] = __import__(name).__version__
+        except Exception:  # not installed: nothing to report
+            continue
+    return out
+
+
+def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest: int = 0) -> LoadedSpec:
+    """The spec's batch section as the trainer's own figures (the accounting and rows show them)."""
+    a = trainer.args
+    micro, acc = int(a.per_device_train_batch_size), int(a.gradient_accumulation_steps)
+    per_epoch = max(1, math.ceil(train_examples / max(1, micro * acc)))
+    updates = (
+        a.max_steps if a.max_steps and a.max_steps > 0 else math.ceil(per_epoch * float(a.num_train_epochs))
+    )
+    batch = dataclasses.replace(
+        loaded.spec.batch,
+        microbatch=micro,
+        accumulation=acc,
+        # The rows arrive tokenised (and cut) by the script: the longest one is the max length.
+        max_length=longest,
+        updates=max(1, int(updates)),
+        precision="bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
+        activation_checkpointing=checkpointing(a),
+        drop_last=bool(a.dataloader_drop_last),
+        num_workers=int(a.dataloader_num_workers),
+    )
+    return dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec, batch=batch))
+
+
+def open_trainer_campaign(
+    loaded: LoadedSpec, emit: Callable[[WireMessage], None], work_dir: Path, cancel: threading.Event
+) -> RunContext:
+    rss_before = _vm_hwm_bytes()
+    cap = capture_for(loaded)
+    rss_after = _vm_hwm_bytes()
+    trainer = cap.trainer
+    changes = apply_pilot_settings(trainer, work_dir / OUTPUT_DIR)
+    try:
+        adapter = adapt(trainer)
+    except ValueError as exc:
+        raise TaskError(f"{cap.script}: {exc}") from None
+    loaded = trainer_batch(loaded, trainer, len(adapter.train), adapter.longest())
+    ctx = RunContext(
+        loaded,
+        adapter.task,
+        torch.device(trainer.args.device),
+        emit,
+        work_dir,
+        cancel,
+        adapter=adapter,
+        bodies=BODIES,
+    )
+    ctx.memo[INITIAL] = snapshot(unwrapped(trainer))
+    ctx.memo["trainer_capture"] = {
+        "script": str(cap.script),
+        "script_sha256": sha256_file(cap.script),
+        "argv": cap.argv,
+        "seconds": cap.seconds,
+        "rss_mb": round((rss_after or 0) / 2**20, 1),
+        "rss_before_mb": round((rss_before or 0) / 2**20, 1),
+        "changes": changes,
+        "train_kwargs": {k: v for k, v in cap.train_kwargs.items() if v is not None},
+        "versions": versions(),
+    }
+    ctx.memo["task_sha256"] = ""
+    return ctx

@@ -1,0 +1,220 @@
+"""The data gates and `load` on a captured trainer: what the script built, its rows as the loss
+sees them, its splits, and a tiny subset learnt through its own `training_step`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+
+from ...analysis.checks import Check, CheckResult, verdict_of
+from ...core.verdict import FAIL, PASS, WARN
+from ..context import RunContext
+from ..inspection import ModelOutput, inspect_task
+from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
+from ..phases.inspect import with_task_checks
+from ..phases.load import tensor_mb
+from . import loop
+from .batches import loader_view
+from .registry import INITIAL, adapter_of, body, trainer_of
+
+
+def _output_size(model: torch.nn.Module) -> ModelOutput:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return ModelOutput(int(head.weight.shape[0]), how="output embeddings")
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return (
+        ModelOutput(int(size), how="config.vocab_size") if size else ModelOutput(None, "no output size found")
+    )
+
+
+@body("load")
+def load(ctx: RunContext, run: PhaseRun) -> Outcome:
+    trainer, cap = trainer_of(ctx), ctx.memo["trainer_capture"]
+    model = loop.unwrapped(trainer)
+    params = list(model.parameters())
+    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise PhaseFailure(f"non-finite weights after the script built the model: {', '.join(bad[:5])}")
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    a = trainer.args
+    details = {
+        "script": cap["script"],
+        "argv": cap["argv"],
+        "capture_s": round(cap["seconds"], 3),
+        "capture_rss_mb": cap["rss_mb"],
+        "what_ran": "everything the script did before train(): model load, tokenisation, packing",
+        "trainer": type(trainer).__name__,
+        "model": type(model).__name__,
+        "parameters": sum(p.numel() for p in params),
+        "trainable_parameters": trainable,
+        "weights_mb": round(tensor_mb(params), 3),
+        "dtype": str(params[0].dtype).removeprefix("torch.") if params else "",
+        "trainable": f"{trainable:,} of {sum(p.numel() for p in params):,} parameters trainable",
+        "train_examples": len(adapter_of(ctx).train),
+        "eval_examples": len(adapter_of(ctx).eval) if adapter_of(ctx).eval is not None else 0,
+        "per_device_train_batch_size": a.per_device_train_batch_size,
+        "gradient_accumulation_steps": a.gradient_accumulation_steps,
+        "learning_rate": a.learning_rate,
+        "lr_scheduler_type": str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)),
+        "optim": str(getattr(a.optim, "value", a.optim)),
+        "precision": "bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
+        "activation_checkpointing": loop.checkpointing(a),
+        "collator": getattr(trainer.data_collator, "__name__", type(trainer.data_collator).__name__),
+        "pilot_changed": cap["changes"],
+        "versions": cap["versions"],
+    }
+    if cap["train_kwargs"]:
+        details["train_called_with"] = {k: str(v) for k, v in cap["train_kwargs"].items()}
+    reason = (
+        f"captured {type(trainer).__name__} in {cap['seconds']:.2f} s (everything before train()); "
+        f"the pilot changed {len(cap['changes'])} settings"
+    )
+    return Outcome(PASS, reason, details, duration_s=round(cap["seconds"], 4))
+
+
+@body("inspect")
+def inspect(ctx: RunContext, run: PhaseRun) -> Outcome:
+    adapter, trainer = adapter_of(ctx), trainer_of(ctx)
+    show = int(run.overrides.get("inspect_examples") or ctx.spec.inspect.examples)
+    run.current_input = {"examples": len(adapter.train), "split": "train"}
+    result = inspect_task(
+        adapter.task,
+        max_length=0,
+        supervise_prompt=ctx.spec.task.supervise_prompt,
+        declared_names=[],
+        show=show,
+        microbatch=1,
+        splits={"train": ctx.splits["train"]},
+        output=_output_size(loop.unwrapped(trainer)),
+    )
+    result = with_task_checks(ctx, result)
+    view = loader_view(trainer, adapter, show)
+    checks = [*_checks(result), *view.checks]
+    verdict, reason = verdict_of(checks)
+    details = result.details | {
+        "checks": [c.as_dict() for c in checks],
+        "examples": view.examples,
+        "loader_windows": view.windows,
+        "legend": view.legend,
+        "examples_scanned": len(adapter.train),
+    }
+    return Outcome(verdict, reason, details, params={"inspect_examples": show})
+
+
+def _checks(result: CheckResult) -> list[Check]:
+    return [
+        Check(r["name"], r["verdict"], r["message"], r.get("count", 0), r.get("ids", []))
+        for r in result.details.get("checks", [])
+    ]
+
+
+def _input_digest(batch: dict[str, torch.Tensor]) -> str:
+    ids = batch["input_ids"].reshape(-1)
+    return json.dumps(ids.tolist())
+
+
+@body("split")
+def split(ctx: RunContext, run: PhaseRun) -> Outcome:
+    adapter = adapter_of(ctx)
+    if adapter.eval is None:
+        return Outcome(
+            WARN, "the script gives the trainer no eval_dataset: nothing to compare", {"eval_examples": 0}
+        )
+    run.current_input = {"train": len(adapter.train), "eval": len(adapter.eval)}
+    seen: dict[str, int] = {}
+    for i in range(len(adapter.train)):
+        ctx.check_cancel()
+        seen.setdefault(_input_digest(adapter.train.one(i)), i)
+    same = []
+    for j in range(len(adapter.eval)):
+        k = seen.get(_input_digest(adapter.eval.one(j)))
+        if k is not None:
+            same.append((j, k))
+    details: dict[str, Any] = {
+        "train_examples": len(adapter.train),
+        "eval_examples": len(adapter.eval),
+        "same_input": len(same),
+        "pairs": [{"eval": j, "train": k} for j, k in same[:10]],
+    }
+    if same:
+        j, k = same[0]
+        return Outcome(
+            FAIL,
+            f"{len(same)} of {len(adapter.eval)} eval examples have inputs identical to a train example "
+            f"(eval[{j}] = train[{k}]): evaluation measures memorisation",
+            details,
+        )
+    return Outcome(
+        PASS, f"no eval example has the inputs of a train example ({len(adapter.eval)} compared)", details
+    )
+
+
+@body("overfit")
+def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
+    """`training_step` (their compute_loss and normaliser) on a tiny subset, a plain AdamW at
+    `overfit.lr` stepping it; the captured weights are put back afterwards."""
+    trainer, adapter, o = trainer_of(ctx), adapter_of(ctx), ctx.spec.overfit
+    model = trainer.model
+    m = min(o.examples, len(adapter.train))
+    rows = [adapter.train.dataset[i] for i in range(m)]
+    batch = adapter.train.collate_fn(rows)
+    run.current_input = {"examples": m}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr)
+    losses: list[float] = []
+    try:
+        for step in range(o.max_steps):
+            ctx.check_cancel()
+            model.zero_grad(set_to_none=True)
+            num = trainer._get_num_items_in_batch([batch], trainer.args.device)
+            trainer.current_gradient_accumulation_steps = 1
+            loss = float(trainer.training_step(model, batch, num))
+            opt.step()
+            losses.append(loss)
+            ctx.progress(run.step.key, step + 1, o.max_steps, loss)
+            if not finite(loss) or loss < o.loss_below:
+                break
+        recovered = _recovered(model, trainer, batch)
+    finally:
+        del opt
+        loop.restore(loop.unwrapped(trainer), ctx.memo[INITIAL])
+    details = {
+        "examples": m,
+        "steps": len(losses),
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "losses": losses[:: max(1, len(losses) // 50)],
+        "recovered": recovered,
+        "loss_below": o.loss_below,
+        "recover": o.recover,
+        "lr": o.lr,
+        "weights": "put back to the captured ones after the phase",
+    }
+    if not finite(losses[-1]):
+        raise PhaseFailure(f"non-finite loss at overfit step {len(losses)}", details)
+    if losses[-1] < o.loss_below or recovered >= o.recover:
+        return Outcome(
+            PASS,
+            f"{m} examples learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g}, "
+            f"argmax recovers {recovered:.0%} of the scored tokens",
+            details,
+        )
+    raise PhaseFailure(
+        f"{m} examples not learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g} "
+        f"(needs < {o.loss_below:g}), argmax recovers {recovered:.0%} of the scored tokens (needs {o.recover:.0%})",
+        details,
+    )
+
+
+def _recovered(model: torch.nn.Module, trainer: Any, batch: dict[str, Any]) -> float:
+    model.eval()
+    with torch.no_grad():
+        inputs = trainer._prepare_inputs(dict(batch))
+        labels = inputs.pop("labels")
+        logits = model(**inputs).logits
+    model.train()
+    pred, target = logits[:, :-1].argmax(-1), labels[:, 1:]
+    scored = target != -100
+    return float((pred == target)[scored].float().mean()) if scored.any() else 0.0

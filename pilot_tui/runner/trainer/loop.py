@@ -1,0 +1,178 @@
+"""Driving the captured trainer: its real `train()` for a given number of updates, the weights
+put back between gates, and the accumulation check on its own `training_step`."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .probe import StepProbe
+
+
+def unwrapped(trainer: Any) -> torch.nn.Module:
+    return (
+        trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
+    )
+
+
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights (and buffers) as captured, on the host: later gates start from them again."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def restore(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            if k in saved:
+                v.copy_(saved[k])
+    model.zero_grad(set_to_none=True)
+
+
+def fresh_optimizer(trainer: Any) -> None:
+    """The next `train()` builds the trainer's optimizer and scheduler anew, as a new run would."""
+    trainer.optimizer, trainer.lr_scheduler = None, None
+
+
+def train_steps(trainer: Any, steps: int, probe: StepProbe, resume: str | None = None) -> Any:
+    """The trainer's own `train()` for exactly `steps` updates (its scheduler built for them)."""
+    trainer.args.max_steps = steps
+    trainer.add_callback(probe)
+    try:
+        return trainer.train(resume_from_checkpoint=resume)
+    finally:
+        trainer.remove_callback(probe)
+
+
+def checkpointing(args: Any) -> bool:
+    """Activation checkpointing as the trainer reads it (`gradient_checkpointing` is its old name)."""
+    return bool(
+        getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None)
+    )
+
+
+def _set_checkpointing(trainer: Any, on: bool) -> None:
+    args = trainer.args
+    key = (
+        "activation_checkpointing" if hasattr(args, "activation_checkpointing") else "gradient_checkpointing"
+    )
+    setattr(args, key, on)
+    if not on:
+        # train() switches it on when asked and never off: a variant without it must say so.
+        model = unwrapped(trainer)
+        off = getattr(model, "activation_checkpointing_disable", None) or getattr(
+            model, "gradient_checkpointing_disable", None
+        )
+        if off is not None and getattr(model, "is_gradient_checkpointing", False):
+            off()
+
+
+@contextlib.contextmanager
+def batch_settings(
+    trainer: Any, microbatch: int, accumulation: int, activation_checkpointing: bool
+) -> Iterator[None]:
+    """A memory variant by changing `trainer.args` in place (what train() reads), put back after."""
+    args = trainer.args
+    saved = (args.per_device_train_batch_size, trainer._train_batch_size, args.gradient_accumulation_steps)
+    saved_ckpt = checkpointing(args)
+    args.per_device_train_batch_size = microbatch
+    trainer._train_batch_size = args.train_batch_size  # what get_train_dataloader() batches by
+    args.gradient_accumulation_steps = accumulation
+    _set_checkpointing(trainer, activation_checkpointing)
+    try:
+        yield
+    finally:
+        args.per_device_train_batch_size, trainer._train_batch_size, args.gradient_accumulation_steps = saved
+        _set_checkpointing(trainer, saved_ckpt)
+
+
+def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
+@contextlib.contextmanager
+def no_dropout(model: torch.nn.Module) -> Iterator[None]:
+    """Dropout off while two ways of the same update are compared (both must draw nothing)."""
+    saved = [(m, m.p) for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    for m, _ in saved:
+        m.p = 0.0
+    try:
+        yield
+    finally:
+        for m, p in saved:
+            m.p = p
+
+
+def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
+    parts = [p.grad.detach().float().reshape(-1) for p in model.parameters() if p.grad is not None]
+    return torch.cat(parts).cpu() if parts else torch.zeros(0)
+
+
+def _one_update(trainer: Any, batches: list[dict[str, Any]]) -> tuple[float, torch.Tensor, Any]:
+    """One update's forward and backward as the trainer's loop runs it: the window's normaliser
+    from `_get_num_items_in_batch`, `current_gradient_accumulation_steps`, `training_step`."""
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    num_items = trainer._get_num_items_in_batch(batches, trainer.args.device)
+    trainer.current_gradient_accumulation_steps = len(batches)
+    loss = 0.0
+    for batch in batches:
+        loss += float(trainer.training_step(model, batch, num_items))
+    grads = _flat_grads(model)
+    model.zero_grad(set_to_none=True)
+    count = int(num_items) if num_items is not None else None
+    return loss, grads, count
+
+
+@dataclass
+class AccumulationCheck:
+    """(microbatch N, accumulation 1) against (microbatch 1, accumulation N) on the same examples."""
+
+    examples: int
+    loss_whole: float
+    loss_accumulated: float
+    grad_rel_diff: float
+    loss_rel_diff: float
+    num_items_whole: int | None
+    num_items_accumulated: int | None
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.grad_rel_diff <= self.tolerance and self.loss_rel_diff <= self.tolerance
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "examples": self.examples,
+            "loss_microbatch_n": self.loss_whole,
+            "loss_accumulated_n": self.loss_accumulated,
+            "loss_rel_diff": self.loss_rel_diff,
+            "grad_rel_diff": self.grad_rel_diff,
+            "num_items_microbatch_n": self.num_items_whole,
+            "num_items_accumulated_n": self.num_items_accumulated,
+            "tolerance": self.tolerance,
+            "ok": self.ok,
+        }
+
+
+def accumulation_check(
+    trainer: Any, rows: list[Any], collate: Any, tolerance: float = 1e-3
+) -> AccumulationCheck:
+    """The gradient of one update must not depend on how it is cut into microbatches: a loss
+    that averages per microbatch weighs a 3-token microbatch like a 30-token one."""
+    model = trainer.model
+    saved_steps = getattr(trainer, "current_gradient_accumulation_steps", 1)
+    with no_dropout(model):
+        whole_loss, whole, whole_items = _one_update(trainer, [collate(rows)])
+        acc_loss, acc, acc_items = _one_update(trainer, [collate([r]) for r in rows])
+    trainer.current_gradient_accumulation_steps = saved_steps
+    scale = float(whole.norm()) or 1.0
+    grad_rel = float((whole - acc).norm()) / scale if whole.numel() == acc.numel() else math.inf
+    loss_rel = abs(whole_loss - acc_loss) / max(abs(whole_loss), 1e-12)
+    return AccumulationCheck(
+        len(rows), whole_loss, acc_loss, grad_rel, loss_rel, whole_items, acc_items, tolerance
+    )

@@ -1,0 +1,95 @@
+"""`[task] trainer_script`: what a trainer campaign may declare, each mistake one line naming the
+key and its line, each beside a correct twin that loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pilot_tui.core.spec import SpecError, load_spec
+
+GOOD = """[campaign]
+name = "sft"
+
+[task]
+trainer_script = "train.py"
+args = ["--model", "m", "--do_train"]
+env = { TOKENIZERS_PARALLELISM = "false" }
+"""
+
+
+def _write(tmp_path: Path, text: str, script: bool = True) -> Path:
+    if script:
+        (tmp_path / "train.py").write_text("print('hi')\n")
+    path = tmp_path / "campaign.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_trainer_campaign_needs_no_batch_and_keeps_its_args(tmp_path):
+    spec = load_spec(_write(tmp_path, GOOD)).spec
+    assert spec.task.trainer_script == "train.py"
+    assert spec.task.args == ["--model", "m", "--do_train"]
+    assert spec.task.env == {"TOKENIZERS_PARALLELISM": "false"}
+    # Placeholders the runner replaces with the trainer's own figures.
+    assert spec.batch.microbatch == 1
+
+
+def test_batch_device_is_still_the_campaigns(tmp_path):
+    spec = load_spec(_write(tmp_path, GOOD + '\n[batch]\ndevice = "cpu"\n')).spec
+    assert spec.batch.device == "cpu"
+
+
+CASES = {
+    "optim": (
+        GOOD + "\n[optim]\nlr = 0.1\n",
+        "line 9: optim: not used with task.trainer_script: the optimizer",
+    ),
+    "split": (GOOD + "\n[split]\ntrain = 0.9\nvalidation = 0.1\ntest = 0.0\n", "line 9: split: not used"),
+    "batch.microbatch": (
+        GOOD + "\n[batch]\nmicrobatch = 4\n",
+        "line 10: batch.microbatch: not used with task.trainer_script: the batch is the trainer's arguments",
+    ),
+    "variants": (
+        GOOD + '\n[[variants]]\nid = "bf16"\nprecision = "bf16"\n',
+        "variants[0].precision: a captured trainer's variant changes only microbatch, accumulation",
+    ),
+    "empty variant": (GOOD + '\n[[variants]]\nid = "same"\n', "variants[0]: variant 'same' changes nothing"),
+    "env name": (
+        GOOD.replace("TOKENIZERS_PARALLELISM", '"1BAD"'),
+        "line 7: task.env: '1BAD' is not a valid environment variable name",
+    ),
+    "env value": (
+        GOOD.replace('"false"', "1"),
+        "task.env.TOKENIZERS_PARALLELISM: expected a string, got number 1",
+    ),
+    "args type": (GOOD.replace('"--do_train"', "3"), "line 6: task.args[2]: expected a string, got number 3"),
+    "not python": (
+        GOOD.replace("train.py", "train.sh"),
+        "line 5: task.trainer_script: must name a Python file",
+    ),
+    "with file": (GOOD + 'file = "task.py"\n', "line 4: task: set exactly one of task.builtin or task.file"),
+    "args elsewhere": (
+        GOOD.replace('trainer_script = "train.py"', 'builtin = "instruct"')
+        + "\n[batch]\nmicrobatch = 2\nupdates = 4\n",
+        "line 6: task.args: only a task.trainer_script takes command-line arguments",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_mistakes_are_one_line_naming_key_and_line(tmp_path, case):
+    text, fragment = CASES[case]
+    path = _write(tmp_path, text)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{path}: ")
+    assert fragment in message, message
+
+
+def test_a_missing_script_is_named(tmp_path):
+    path = _write(tmp_path, GOOD, script=False)
+    with pytest.raises(SpecError, match=r"line 5: task.trainer_script: no such file 'train.py'"):
+        load_spec(path)

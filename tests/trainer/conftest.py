@@ -1,0 +1,140 @@
+"""Trainer campaigns on the user scripts of tests/data/trainer_scripts, run unchanged through
+`pilot-tui run … --headless` in a subprocess, on tiny assets built once per session."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+pytest.importorskip("trl", reason="the [trl] extra is not installed: pip install -e '.[test,hf,trl]'")
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "trainer_scripts"
+# Small, fast gates: a handful of updates, a tiny overfit subset, resume 2 + 2.
+FAST: dict[str, Any] = {
+    # The fake-tensor estimate takes ~20 s on a loaded CPU: run once, by the plain Trainer's campaign.
+    "phases": {"steady_updates": 3, "skip": ["estimate"]},
+    "overfit": {"examples": 4, "max_steps": 80, "lr": 0.01},
+    "resume": {"k": 2, "n": 2},
+}
+# A broken twin is about the gate it fails: the later, costly phases are skipped.
+LATER = ["overfit", "steady", "eval_longest", "save", "export", "resume", "final"]
+
+
+def _tiny_assets():
+    spec = importlib.util.spec_from_file_location("tiny_assets", SCRIPTS / "tiny_assets.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tiny_assets"] = module  # its dataclass resolves annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """A folder every pytest-xdist worker of this session sees (the session's own without xdist):
+    a campaign run once serves the tests of its module on whichever worker they land."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """One worker at a time builds what `path` names; the others wait, then read it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    folder = shared_root(tmp_path_factory) / "trainer-tiny"
+    with locked(folder):
+        return _tiny_assets().build(folder)  # idempotent: a complete build is reused
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    record: dict[str, Any] | None
+    folder: Path
+
+    def row(self, name: str) -> dict[str, Any]:
+        assert self.record is not None, self.out
+        return next(r for r in self.record["phases"] if r["step"] == name)
+
+    def verdicts(self) -> dict[str, str]:
+        assert self.record is not None, self.out
+        return {r["step"]: r["verdict"] for r in self.record["phases"]}
+
+
+def write_campaign(folder: Path, script: str, args: list[str], **sections: Any) -> Path:
+    """`campaign.toml` for `script` (from tests/data/trainer_scripts, unchanged) in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    raw: dict[str, Any] = {
+        "campaign": {"name": script.removesuffix(".py")},
+        "task": {"trainer_script": str(SCRIPTS / script), "args": args} | sections.pop("task", {}),
+    }
+    for key, value in (FAST | sections).items():
+        raw[key] = value
+    path = folder / "campaign.toml"
+    path.write_text(tomli_w.dumps(raw))
+    return path
+
+
+def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) -> Run:
+    """The campaign run headless the way a user would: `pilot-tui run campaign.toml --headless`."""
+    path = write_campaign(folder, script, args, **sections)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pilot_tui", "run", str(path), "--headless"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=folder,
+    )
+    out = proc.stdout + proc.stderr
+    found = re.search(r"record (\S+\.toml)", proc.stdout)
+    record = tomllib.loads(Path(found.group(1)).read_text()) if found else None
+    return Run(proc.returncode, out, record, folder)
+
+
+def shared_campaign(tmp_path_factory, name: str, script: str, args: list[str], **sections: Any) -> Run:
+    """`run_campaign` once per session under `name`, whichever xdist worker asks first; the
+    others read its output and record."""
+    folder = shared_root(tmp_path_factory) / f"trainer-{name}"
+    done = folder / "run.json"
+    with locked(folder):
+        if not done.is_file():
+            run = run_campaign(folder, script, args, **sections)
+            found = re.search(r"record (\S+\.toml)", run.out)
+            done.write_text(
+                json.dumps({"rc": run.rc, "out": run.out, "record": found.group(1) if found else ""})
+            )
+        saved = json.loads(done.read_text())
+    record = tomllib.loads(Path(saved["record"]).read_text()) if saved["record"] else None
+    return Run(saved["rc"], saved["out"], record, folder)
+
+
+def passes_every_phase(run: Run) -> None:
+    """Every gate ran and passed."""
+    assert run.rc == 0, run.out
+    assert set(run.verdicts().values()) == {"pass"}, run.out
