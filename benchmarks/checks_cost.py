@@ -15,20 +15,23 @@ runner leaves a core to the view.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from pilot_tui.analysis.leakage import check_splits
 from pilot_tui.analysis.splits import group_split, period_key
-from pilot_tui.runner import finiteness
+from pilot_tui.runner import finiteness, objective, objective_gate
 from pilot_tui.runner.inspection import batches, inspect_task, model_output, seen_digests
 from pilot_tui.runner.phases.train_steps import gradless
+from pilot_tui.runner.training import TrainConfig, build_state, train_update
 from pilot_tui.tasks import demo_classify, demo_instruct
 from pilot_tui.tasks.contract import Task
 
@@ -100,6 +103,80 @@ def per_model(task: Task) -> dict[str, float]:
     }
 
 
+def first_step_checks(task: Task, microbatch: int = 4, accumulation: int = 4) -> dict[str, float]:
+    """The R26 checks of `first_step` beside the update they guard, measured side by side on the
+    same state: the accumulation regrouping, the reference loss, one optimizer update."""
+    splits = group_split(task.examples, task.group_key, RATIOS, 0)
+    config = TrainConfig(
+        variant="control",
+        microbatch=microbatch,
+        accumulation=accumulation,
+        replicas=1,
+        max_length=task.default_max_length,
+        precision="fp32",
+        activation_checkpointing=False,
+        lr=1e-3,
+        seed=0,
+        total_updates=1000,
+    )
+    state = build_state(
+        task,
+        config,
+        splits["train"],
+        torch.device("cpu"),
+        weight_decay=0.0,
+        warmup=0,
+        schedule="constant",
+        drop_last=True,
+        data_seed=0,
+    )
+    cpu = torch.device("cpu")
+    micro = state.sampler.next_update()
+    train_update(state, task, cpu, 1.0, micro)  # optimizer state allocated: a steady update from here
+    return {
+        "one update (m 4 x a 4, AdamW step)": best(lambda: train_update(state, task, cpu, 1.0, micro)),
+        "accumulation check (m 4 x a 4 vs 1 x 16)": best(
+            lambda: objective_gate.accumulation(state, task, micro, cpu)
+        ),
+        "reference loss (one microbatch forward)": best(
+            lambda: objective_gate.reference(state, dataclasses.replace(task, loss=_ce_sum(task)), micro, cpu)
+        ),
+    }
+
+
+def hf_task() -> Task | None:
+    """The tiny Llama of the HF tests (tests/hf/build.py: 2 layers, hidden 32, a BPE tokenizer
+    trained on the chat rows), on its 48 chats: the check on a transformers model."""
+    try:
+        import tempfile
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hf"))
+        import build  # type: ignore[import-not-found]
+
+        from pilot_tui.tasks import hf_causal_lm
+    except ImportError:
+        return None
+    root = Path(tempfile.mkdtemp(prefix="checks-cost-hf-"))
+    rows = build.chat_rows()
+    data = build.write_jsonl(root / "chat.jsonl", rows)
+    model = build.causal_lm(
+        root / "llama", build.chat_texts(rows), tied=True, template=build.PLAIN_TEMPLATE, pad="</s>"
+    )
+    return hf_causal_lm.make_task(str(model), str(data))
+
+
+def _ce_sum(task: Task):
+    """The demo's cross-entropy written as a task loss, so the reference check has one to compare."""
+
+    def loss(logits, batch):
+        flat, labels = objective.targets(task, logits, batch)
+        return torch.nn.functional.cross_entropy(flat.float(), labels, reduction="sum"), (
+            labels != -100
+        ).sum()
+
+    return loss
+
+
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     torch.set_num_threads(1)
@@ -136,6 +213,15 @@ def main() -> int:
     for kind, task in (("causal LM", demo_lm), ("classification", demo_cls)):
         for name, seconds in per_model(task).items():
             print(f"{kind}: {name:<45} {1000 * seconds:8.2f} ms")
+    print()
+    for kind, task in (("causal LM", demo_lm), ("HF tiny Llama", hf_task())):
+        if task is None:
+            print(f"{kind}: transformers is not installed")
+            continue
+        costs = first_step_checks(task)
+        update = costs["one update (m 4 x a 4, AdamW step)"]
+        for name, seconds in costs.items():
+            print(f"{kind}: {name:<45} {1000 * seconds:8.2f} ms  {seconds / update:5.2f} x one update")
     return 0
 
 

@@ -7,7 +7,10 @@ Prints, side by side and measured in this run:
 - the all-reduce of the stack phase (bus bandwidth by the nccl-tests definition, latency);
 - the plan's predicted time for a `--updates` run on 2 ranks (from the 2-rank pilot rows) against
   an actual `--updates` run on 2 ranks: predicted / actual (within ±10 % on a quiet machine);
-- the data-wait share of the steady phase with a collate made slow on purpose.
+- the data-wait share of the steady phase with a collate made slow on purpose;
+- the checkpoint save under FSDP2 on 2 ranks, sharded (torch.distributed.checkpoint, each rank its
+  shards) against full (the gathered state dict, rank 0 writes): save time (slowest rank), bytes
+  each rank wrote and each rank's peak RSS in the save phase.
 
 A ratio, not a target: on a shared machine the two processes compete for the same cores.
 """
@@ -15,6 +18,7 @@ A ratio, not a target: on a shared machine the two processes compete for the sam
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -31,7 +35,7 @@ from pilot_tui.analysis.plan import choice_sheet, project, read_facts  # noqa: E
 from pilot_tui.core.events import PhaseFinished  # noqa: E402
 from pilot_tui.session.driver import Session  # noqa: E402
 
-SKIP = ["inspect", "split", "overfit", "lr_run", "resume", "final", "save", "export", "eval_longest"]
+SKIP = ["inspect", "split", "overfit", "lr_run", "resume", "final", "export", "eval_longest"]
 
 
 def campaign(folder: Path, world: int, steady: int, updates: int) -> Path:
@@ -69,6 +73,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--updates", type=int, default=200)
     ap.add_argument("--steady", type=int, default=20)
+    ap.add_argument("--saves", type=int, default=3, help="saves of each kind (the median is printed)")
     args = ap.parse_args()
     out: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,6 +99,13 @@ def main() -> int:
                 out[world] |= {"estimate": est, "actual_s": actual, "long_wall_s": wall, "long": long}
                 slow = run(session, "steady", {"collate_delay_s": 0.02})
                 out[world]["slow"] = slow
+                # The same state under FSDP2, saved both ways in the same group, alternately.
+                run(session, "first_step", {"strategy": "fsdp"})
+                saves: dict[str, list[dict[str, Any]]] = {"sharded": [], "full": []}
+                for _ in range(args.saves):
+                    for kind in saves:
+                        saves[kind].append(run(session, "save", {"strategy": "fsdp", "checkpoint": kind}))
+                out[world]["saves"] = saves
             session.close()
     one, two = out[1]["rows"]["steady"]["details"], out[2]["rows"]["steady"]["details"]
     print(
@@ -122,6 +134,21 @@ def main() -> int:
         f"data wait with a collate slowed by 20 ms per microbatch: {slow['details']['data_wait_share']:.0%} of the "
         f"update (normal collate: {two['data_wait_share']:.1%}); row verdict {slow['verdict']}: {slow['reason']}"
     )
+    for kind, rows_ in out[2]["saves"].items():
+        ok = [r for r in rows_ if r["verdict"] == "pass"]
+        if not ok:
+            print(f"save ({kind}) under fsdp on 2 ranks: failed: {rows_[-1]['reason']}")
+            continue
+        times = sorted(r["details"]["save_s"] for r in ok)
+        last = ok[-1]
+        per = ", ".join(
+            f"rank {r['rank']} {r['written_mb']:.2f} MiB written, peak RSS {r.get('peak_rss_mb', 0):.0f} MiB"
+            for r in last["ranks"]
+        )
+        print(
+            f"save ({kind}) under fsdp on 2 ranks: {statistics.median(times) * 1e3:.1f} ms median of {len(ok)} "
+            f"(slowest rank) · {per}"
+        )
     return 0
 
 

@@ -275,6 +275,10 @@ def _same_input_check(
     )
 
 
+# Fewer validation examples than this make a validation loss that means nothing.
+MIN_VALIDATION = 2
+
+
 @paused_gc()
 def check_splits(
     examples: Sequence[Example],
@@ -327,8 +331,21 @@ def check_splits(
         checks.append(Check("coverage", PASS, f"each of the {n} examples is in exactly one split"))
 
     empty = [name for name in ("train", "validation") if not sizes[name]]
+    got = ", ".join(f"{k} {v}" for k, v in sizes.items())
     if empty:
-        checks.append(Check("sizes", FAIL, f"the {' and '.join(empty)} split is empty", len(empty)))
+        checks.append(
+            Check("sizes", FAIL, f"the {' and '.join(empty)} split is empty ({got} examples)", len(empty))
+        )
+    elif sizes["validation"] < MIN_VALIDATION:
+        checks.append(
+            Check(
+                "sizes",
+                FAIL,
+                f"the validation split holds {sizes['validation']} example ({got} examples): a validation "
+                "loss over one example says nothing about generalisation — add data or raise split.validation",
+                1,
+            )
+        )
     elif not sizes["test"] and not split_field and ratios and ratios.get("test", 0) > 0:
         checks.append(Check("sizes", WARN, f"the test split is empty although split.test = {ratios['test']}"))
     else:

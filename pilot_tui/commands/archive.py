@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import __version__
 from ..core.atomic import TEMP_SUFFIX, temp_prefix
-from ..core.hashing import sha256_file
+from ..core.hashing import directory_files, directory_sha256, sha256_file
 from ..core.record import Record, RecordError, dumps
 from ..core.revision import code_revision
 
@@ -82,6 +82,35 @@ def _artifact_path(record: Record, art: dict[str, Any]) -> Path | None:
     return here
 
 
+def _directory_state(
+    path: Path, art: dict[str, Any], dest: Path | None, used: set[str], entry: dict[str, Any]
+) -> str:
+    digest, size, _ = directory_sha256(path)
+    if size != art.get("size") or digest != art.get("sha256"):
+        return "changed since recorded (not archived)"
+    if dest is not None:
+        name = path.name
+        while name in used:
+            name = f"{path.stem}_{len(used)}{path.suffix}"
+        used.add(name)
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(path, dest / name)
+        if directory_sha256(dest / name)[0] != digest:
+            raise ArchiveError(f"{path}: the copy does not match its sha256 (disk error?)")
+        entry["archived_as"] = f"artifacts/{name}"
+    return "verified"
+
+
+def _sums(artifacts: Path, name: str, entry: dict[str, Any]) -> str:
+    """SHA256SUMS lines: the file's, or one per file of a directory (sha256sum checks files)."""
+    here = artifacts / name
+    if not here.is_dir():
+        return f"{entry['sha256']}  {name}\n"
+    return "".join(
+        f"{sha256_file(f)}  {name}/{f.relative_to(here).as_posix()}\n" for f in directory_files(here)
+    )
+
+
 def _manifest(record: Record, dest: Path | None) -> list[dict[str, Any]]:
     """Each artifact with its state now; copy the verified ones into `dest` when given."""
     rows = []
@@ -93,6 +122,9 @@ def _manifest(record: Record, dest: Path | None) -> list[dict[str, Any]]:
         path = _artifact_path(record, art)
         if path is None:
             entry["state"] = OUTSIDE
+        elif path.is_dir():
+            # A sharded checkpoint: one recorded hash over every file of the directory.
+            entry["state"] = _directory_state(path, art, dest, used, entry)
         elif not path.is_file():
             entry["state"] = "missing"
         elif path.stat().st_size != art.get("size") or sha256_file(path) != art.get("sha256"):
@@ -254,7 +286,9 @@ def _fill(folder: Path, record: Record, with_artifacts: bool) -> None:
     (folder / "manifest.toml").write_text(dumps(listing), encoding="utf-8")
     archived = [m for m in manifest if "archived_as" in m]
     if archived:
-        sums = "".join(f"{m['sha256']}  {m['archived_as'].removeprefix('artifacts/')}\n" for m in archived)
+        sums = "".join(
+            _sums(folder / "artifacts", m["archived_as"].removeprefix("artifacts/"), m) for m in archived
+        )
         (folder / "artifacts" / "SHA256SUMS").write_text(sums, encoding="utf-8")
     text = _instructions(
         record,

@@ -6,6 +6,7 @@ Exit codes: 0 every gate passed, 1 a gate failed, 2 bad input (nothing written).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +25,19 @@ from .plan import print_plan
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
 EXIT_CRASH = 3
-SUBCOMMANDS = ("run", "open", "continue", "archive", "export", "plan", "note", "conclude", "init", "estimate")
+SUBCOMMANDS = (
+    "run",
+    "open",
+    "continue",
+    "archive",
+    "export",
+    "plan",
+    "note",
+    "conclude",
+    "init",
+    "estimate",
+    "agent",
+)
 # `export` is the phase that writes the artifact; the command that archives a record was called
 # `export` before it was `archive`, and still answers to the old name.
 OLD_ARCHIVE_NAME = "export"
@@ -65,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="headless: run the later phases even after a failed stack check",
     )
+    agent = sub.add_parser(
+        "agent",
+        help="on another node of a multi-node campaign: join the dashboard's groups (headless, no record)",
+        add_help=False,
+    )
+    agent.add_argument("rest", nargs=argparse.REMAINDER)
     opn = sub.add_parser("open", help="open the dashboard on a campaign or a saved record (default)")
     opn.add_argument("target", type=Path, nargs="?", default=DEMO_CAMPAIGN, help="campaign spec or record")
     opn.add_argument("--records", type=Path, help="folder for records (default: <campaign dir>/records)")
@@ -155,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         from .init import main as init_main
 
         return init_main(args)
+    if args.command == "agent":
+        return _agent(args_in[1:])
     try:
         if args.command == "run" and args.headless:
             return run_headless(Session(args.campaign, args.records), keep_going=args.keep_going)
@@ -191,6 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("pilot-tui: interrupted; the record holds every phase finished so far", file=sys.stderr)
+        return 130
+
+
+def _agent(argv: list[str]) -> int:
+    """The agent owns torch: it runs as the runner's module, in this process's place."""
+    cmd = [sys.executable, "-m", "pilot_tui.runner.distributed.agent", *argv]
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:
         return 130
 
 

@@ -55,13 +55,16 @@ def rank_lines(data: dict) -> list[str]:
     """A phase run on several ranks (R22): one indented line per rank under the phase's line."""
     out = []
     for r in data.get("ranks") or []:
-        parts = [f"rank {r.get('rank', '?')}: {r.get('verdict', '?')}"]
+        node = f"node {r['node']} " if "node" in r else ""
+        parts = [f"{node}rank {r.get('rank', '?')}: {r.get('verdict', '?')}"]
         for key, label in (("peak_reserved_mb", "peak reserved"), ("peak_rss_mb", "peak RSS")):
             if isinstance(r.get(key), int | float):
                 parts.append(f"{label} {r[key]:.1f} MiB")
                 break
         if isinstance(r.get("step_time_s"), int | float):
             parts.append(f"step {r['step_time_s'] * 1e3:.1f} ms")
+        if isinstance(r.get("save_s"), int | float):
+            parts.append(f"save {r['save_s']:.3f} s, {r.get('written_mb', 0):.1f} MiB written")
         if r.get("reason"):
             parts.append(str(r["reason"]))
         out.append("      " + " · ".join(parts))
@@ -163,6 +166,34 @@ class Heartbeat:
                 print(f"  … {line}", file=self.out, flush=True)
 
 
+# While a campaign opens (the runner builds the task): the line's period on a terminal.
+OPENING_TTY_S = 2.0
+
+
+class OpeningBeat:
+    """The elapsed time while the runner opens the campaign: on a terminal a status line redrawn
+    every 2 s, otherwise a line every `period` seconds. Reading and tokenising a large dataset
+    or a script's `dataset.map` takes minutes before the first phase."""
+
+    def __init__(self, out: TextIO, bar: ProgressBar, period: float) -> None:
+        self.out, self.bar = out, bar
+        self.period = min(period, OPENING_TTY_S) if bar.enabled else period
+        self.last = 0.0
+
+    def see(self, waited: float) -> None:
+        if waited - self.last < self.period:
+            return
+        self.last = waited
+        line = f"opening the campaign: the runner builds the task ({waited:.0f} s)"
+        if self.bar.enabled:
+            self.bar.status(line)
+        else:
+            print(f"  … {line}", file=self.out, flush=True)
+
+    def done(self) -> None:
+        self.bar.close()
+
+
 def run_headless(
     session: Session,
     out: TextIO = sys.stdout,
@@ -214,7 +245,12 @@ def stop_on_signals(session: Session) -> Iterator[list[int]]:
 def _run(
     session: Session, out: TextIO, err: TextIO, keep_going: bool, stopped: list[int], heartbeat_s: float
 ) -> int:
-    ready = session.start()
+    opening = OpeningBeat(out, ProgressBar(err), heartbeat_s)
+    session.on_open_wait = opening.see
+    try:
+        ready = session.start()
+    finally:
+        opening.done()
     assert session.record is not None
     acc = session.record.data["accounting"]
     print(f"pilot-tui · campaign {session.spec.campaign.name} · record {session.record.path}", file=out)

@@ -287,10 +287,13 @@ class RankRow:
     step_time_s: float | None = None
     data_wait_share: float | None = None
     state_mb: float | None = None
+    # Several nodes: the node the rank ran on, and its host name (absent on one machine).
+    node: int | None = None
+    host: str = ""
 
     @classmethod
     def from_toml(cls, data: Mapping[str, Any]) -> RankRow:
-        rank = data.get("rank")
+        rank, node = data.get("rank"), data.get("node")
         return cls(
             rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
             verdict=Verdict.read(data.get("verdict")),
@@ -301,6 +304,8 @@ class RankRow:
             step_time_s=number(data.get("step_time_s")),
             data_wait_share=number(data.get("data_wait_share")),
             state_mb=number(data.get("state_mb")),
+            node=node if isinstance(node, int) and not isinstance(node, bool) else None,
+            host=str(data.get("host") or ""),
         )
 
 

@@ -123,7 +123,12 @@ class OptimSpec:
 class PhasesSpec:
     """Sizes of the engine phases."""
 
+    # The fewest timed steady updates; steady then times more until the 95 % interval of the mean
+    # step time is within ±steady_precision of it (0: exactly steady_updates), or until
+    # steady_budget_s of timing has passed (never more than half the phase's time_s ceiling).
     steady_updates: int = 10
+    steady_precision: float = 0.03
+    steady_budget_s: float = 10.0
     eval_microbatch: int = 0
     skip: list[str] = field(default_factory=list)
 
@@ -282,6 +287,21 @@ class DistributedSpec:
     allreduce_mb: float = 0.0
     # The steady row warns when waiting for data takes more than this share of an update.
     data_wait_warn: float = 0.10
+    # "sharded" (torch.distributed.checkpoint, each rank its shards) | "full" (the gathered state
+    # dict, one file by rank 0); "": sharded under fsdp, full otherwise (R28).
+    checkpoint: str = ""
+    # Several machines (R28): nnodes × nproc_per_node ranks through torchrun's c10d rendezvous at
+    # rdzv_endpoint ("host:port": the dashboard's node as the other nodes reach it; it hosts the
+    # rendezvous store there). The other nodes run `pilot-tui agent CAMPAIGN --rdzv host:port`.
+    nnodes: int = 1
+    rdzv_endpoint: str = ""
+    # How long the other nodes get to join a group before the phase fails naming them.
+    join_timeout_s: float = 300.0
+
+    @property
+    def world(self) -> int:
+        """Every rank of every node (0 while nproc_per_node is left to the runner)."""
+        return self.nproc_per_node * self.nnodes
 
 
 @dataclass(frozen=True)
@@ -327,6 +347,11 @@ class LoadedSpec:
     def resolve(self, relative: str) -> Path:
         """A path written in the spec is relative to the spec file."""
         return (self.path.parent / relative).resolve()
+
+    def where(self, key: str) -> str:
+        """`FILE: line N: KEY` for a message about a dotted key (the line when it can be found)."""
+        line = _line_of(self.text, key)
+        return f"{self.path}: {f'line {line}: ' if line else ''}{key}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,6 +531,12 @@ def _check(spec: CampaignSpec) -> None:
     need(o.schedule in SCHEDULES, "optim.schedule", f"must be one of {', '.join(SCHEDULES)}")
     need(o.grad_clip >= 0, "optim.grad_clip", "must be ≥ 0 (0 = no clipping)")
     need(spec.phases.steady_updates >= 1, "phases.steady_updates", "must be ≥ 1")
+    need(
+        0 <= spec.phases.steady_precision < 1,
+        "phases.steady_precision",
+        "must be a fraction of the mean step time in [0, 1), e.g. 0.03 for ±3 % (0 times exactly steady_updates)",
+    )
+    need(spec.phases.steady_budget_s >= 0, "phases.steady_budget_s", "must be ≥ 0 seconds")
     need(spec.phases.eval_microbatch >= 0, "phases.eval_microbatch", "must be ≥ 0")
     known = phase_table.names()
     for name in spec.phases.skip:
@@ -698,6 +729,16 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
     need(d.timeout_s > 0, "distributed.timeout_s", "must be > 0")
     need(d.allreduce_mb >= 0, "distributed.allreduce_mb", "must be ≥ 0 (0 = the default size)")
     need(0 < d.data_wait_warn <= 1, "distributed.data_wait_warn", "must be a share in (0, 1]")
+    need(d.checkpoint in ("", "sharded", "full"), "distributed.checkpoint", "must be 'sharded' or 'full'")
+    need(d.nnodes >= 1, "distributed.nnodes", "must be ≥ 1")
+    need(d.join_timeout_s > 0, "distributed.join_timeout_s", "must be > 0")
+    if d.nnodes > 1:
+        need(d.strategy != "none", "distributed.nnodes", "several nodes need strategy ddp or fsdp")
+        need(
+            endpoint_ok(d.rdzv_endpoint),
+            "distributed.rdzv_endpoint",
+            "must be 'host:port' (this node's address as the other nodes reach it) when nnodes > 1",
+        )
     need(b.num_workers >= 0, "batch.num_workers", "must be ≥ 0")
     if d.strategy == "none":
         need(
@@ -705,11 +746,12 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
         )
         need(b.replicas == 1, "batch.replicas", "replicas > 1 needs [distributed] strategy = 'ddp' or 'fsdp'")
     elif d.nproc_per_node:
+        nodes = f" × nnodes {d.nnodes}" if d.nnodes > 1 else ""
         need(
-            b.replicas == d.nproc_per_node or not replicas_declared,
+            b.replicas == d.world or not replicas_declared,
             "batch.replicas",
-            f"is {b.replicas} but distributed.nproc_per_node is {d.nproc_per_node}: replicas is the world "
-            "size (leave it out, or make them equal)",
+            f"is {b.replicas} but distributed.nproc_per_node is {d.nproc_per_node}{nodes}: replicas is the "
+            "world size (leave it out, or make them equal)",
         )
     for i, v in enumerate(spec.variants):
         if v.get("strategy"):
@@ -720,13 +762,18 @@ def _check_distributed(spec: CampaignSpec, replicas_declared: bool) -> None:
 def _resolve_world(spec: CampaignSpec) -> CampaignSpec:
     """batch.replicas becomes the world size: nproc_per_node when only that is declared."""
     d = spec.distributed
-    if d.strategy != "none" and d.nproc_per_node and spec.batch.replicas != d.nproc_per_node:
-        return dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, replicas=d.nproc_per_node))
+    if d.strategy != "none" and d.nproc_per_node and spec.batch.replicas != d.world:
+        return dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, replicas=d.world))
     if d.strategy != "none" and not d.nproc_per_node and spec.batch.replicas > 1:
-        return dataclasses.replace(
-            spec, distributed=dataclasses.replace(d, nproc_per_node=spec.batch.replicas)
-        )
+        per_node = max(1, spec.batch.replicas // d.nnodes)
+        return dataclasses.replace(spec, distributed=dataclasses.replace(d, nproc_per_node=per_node))
     return spec
+
+
+def endpoint_ok(endpoint: str) -> bool:
+    """'host:port' with a port in 1..65535 (an IPv6 host in brackets: '[::1]:29400')."""
+    host, sep, port = endpoint.rpartition(":")
+    return bool(sep and host.strip("[]") and port.isdigit() and 0 < int(port) < 65536)
 
 
 def _check_limit_name(name: str, phases: tuple[str, ...]) -> None:
@@ -754,6 +801,13 @@ def _line_of(text: str, key: str) -> int | None:
         if match:
             path = table + [p.strip('"') for p in match.group(1).split(".")]
             if path == parts or (len(parts) > len(table) and path[: len(parts)] == parts):
+                return number
+            # An inline table (`options = { n = 1 }`): the line that opens it and names the key.
+            if (
+                len(path) < len(parts)
+                and parts[: len(path)] == path
+                and re.search(rf"\b{re.escape(parts[-1])}\s*=", line)
+            ):
                 return number
     # Fall back to the table itself (e.g. a missing key: point at its section).
     for number, line in enumerate(text.splitlines(), start=1):

@@ -7,6 +7,7 @@ there is no fallback to unpickling, ever.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def training_state(state: TrainState) -> dict[str, Any]:
-    """Everything a resume needs. Under DDP/FSDP: the gathered full state dict (every rank holds
-    the whole model and optimizer under the user's parameter names; rank 0 alone writes it)."""
+def rest_state(state: TrainState) -> dict[str, Any]:
+    """What a resume needs besides the model and optimizer tensors."""
     return {
-        "model": dist_state.model_state(state.model),
-        "optimizer": dist_state.optimizer_state(state.model, state.optimizer),
         "scheduler": state.scheduler.state_dict(),
         "scaler": state.scaler.state_dict(),
         "rng": rng_state(),
@@ -62,11 +60,31 @@ def training_state(state: TrainState) -> dict[str, Any]:
     }
 
 
-def save_training_state(state: TrainState, path: Path) -> None:
+def training_state(state: TrainState) -> dict[str, Any]:
+    """Everything a resume needs. Under DDP/FSDP: the gathered full state dict (every rank holds
+    the whole model and optimizer under the user's parameter names; rank 0 alone writes it)."""
+    return {
+        "model": dist_state.model_state(state.model),
+        "optimizer": dist_state.optimizer_state(state.model, state.optimizer),
+    } | rest_state(state)
+
+
+def save_training_state(state: TrainState, path: Path, kind: str = "full") -> dict[str, Any]:
+    """Write the checkpoint of `kind` (a `.pt` file, or a sharded directory); this rank's
+    figures: `save_s` (the write, not the read-back) and `written_mb` (this rank's bytes)."""
+    if kind == "sharded":
+        # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
+        from .distributed.sharded import save_sharded
+
+        return save_sharded(state, path, rest_state(state))
+    t0 = time.perf_counter()
     payload = training_state(state)  # a collective under DDP/FSDP: every rank takes part
     if dist_state.is_rank0():
         write_atomic(path, lambda tmp: torch.save(payload, tmp))
+    seconds = time.perf_counter() - t0
     dist_state.barrier()  # the file exists for every rank after this
+    written = path.stat().st_size if dist_state.is_rank0() else 0
+    return {"save_s": round(seconds, 6), "written_mb": round(written / 2**20, 4), "rank": dist_state.rank()}
 
 
 def write_checkpoint(payload: dict[str, Any], path: Path) -> None:
@@ -85,6 +103,10 @@ def load_training_state(
 
 def restore_training_state(state: TrainState, saved: dict[str, Any]) -> None:
     dist_state.load_states(state.model, state.optimizer, saved["model"], saved["optimizer"])
+    restore_rest(state, saved)
+
+
+def restore_rest(state: TrainState, saved: Mapping[str, Any]) -> None:
     state.scheduler.load_state_dict(saved["scheduler"])
     state.scaler.load_state_dict(saved["scaler"])
     state.sampler.load_state_dict(saved["data"])
@@ -113,3 +135,19 @@ def export_weights(
 def load_weights(path: Path, provenance: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """Exported safetensors weights, after checking them against their recorded sha256."""
     return load_tensors(path, provenance)
+
+
+def resume_from(state: TrainState, path: Path, provenance: Mapping[str, Any]) -> dict[str, Any]:
+    """Load a checkpoint of either kind into a freshly built `state`; the non-tensor part (with
+    `note` set when a sharded one was saved at another world size). Refused before anything is
+    read when the record does not vouch for it (R17)."""
+    if path.is_dir():
+        # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
+        from .distributed.sharded import load_sharded
+
+        saved = load_sharded(state, path, provenance)
+        restore_rest(state, saved)
+        return saved
+    saved = load_training_state(path, provenance)
+    restore_training_state(state, saved)
+    return {k: v for k, v in saved.items() if k not in ("model", "optimizer")} | {"note": ""}

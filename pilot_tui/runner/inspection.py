@@ -14,6 +14,7 @@ tokens past `max_length` are the ones lost).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -185,6 +186,9 @@ class LMScan:
     label_max: list[int]
     label_max_at: list[int]
     label_min: list[int]
+    # The first two real tokens of each row (-1 when the row has fewer): a doubled BOS.
+    first_token: list[int] = dataclasses.field(default_factory=list)
+    second_token: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def response_cut(self) -> list[bool]:
@@ -251,6 +255,12 @@ def scan_lm(task: Task, max_length: int, digests: list[tuple[str, str]] | None =
             out["label_max_at"] += [0] * len(ids)
             out["label_min"] += [0] * len(ids)
         out["pad_targets"] += _pad_targets(ids, counted, real, task.pad_id).tolist()
+        start = real.long().argmax(1)  # left padding: the first real position
+        rows = torch.arange(ids.shape[0])
+        two = real.sum(1) >= 2
+        out["first_token"] += torch.where(real.any(1), ids[rows, start], -1).tolist()
+        second = ids[rows, (start + 1).clamp(max=max(ids.shape[1] - 1, 0))]
+        out["second_token"] += torch.where(two, second, -1).tolist()
         if "prompt_length" in batch and has_prompt:
             plen = batch["prompt_length"].reshape(-1)
             positions = torch.arange(1, ids.shape[1])
@@ -293,6 +303,8 @@ def scan_lm(task: Task, max_length: int, digests: list[tuple[str, str]] | None =
         label_max=[int(x) for x in out["label_max"]],
         label_max_at=[int(x) for x in out["label_max_at"]],
         label_min=[int(x) for x in out["label_min"]],
+        first_token=[int(x) for x in out["first_token"]],
+        second_token=[int(x) for x in out["second_token"]],
     )
 
 
@@ -369,6 +381,7 @@ def lm_checks(
         checks.append(Check("padding_supervised", PASS, "no padding position is counted in the loss"))
 
     checks.append(_lm_range_check(task, scan, output))
+    checks.append(_bos_check(task, scan))
 
     cut = [i for i, c in zip(scan.indices, scan.response_cut, strict=True) if c]
     if cut:
@@ -386,6 +399,37 @@ def lm_checks(
     else:
         checks.append(Check("responses_cut", PASS, f"no response is cut by max_length {max_length}"))
     return checks
+
+
+# The share of rows that must open with one token for it to be taken as the BOS.
+BOS_SHARE = 0.9
+
+
+def _bos_check(task: Task, scan: LMScan) -> Check:
+    """Rows that open with the BOS twice (a chat template that writes it and a tokenizer that
+    adds it again): the model trains on a start it will not be served with. The BOS is the token
+    that opens nearly every row; a row that merely starts with a repeated letter is content."""
+    firsts = [t for t in scan.first_token if t >= 0]
+    if not firsts:
+        return Check("bos_tokens", PASS, "no example to read a first token from")
+    bos, opening = collections.Counter(firsts).most_common(1)[0]
+    doubled = [
+        i
+        for i, a, b in zip(scan.indices, scan.first_token, scan.second_token, strict=True)
+        if a == bos and b == bos
+    ]
+    if opening < BOS_SHARE * len(firsts) or not doubled:
+        return Check("bos_tokens", PASS, "no example starts with its opening token twice")
+    n = len(scan.indices)
+    return Check(
+        "bos_tokens",
+        WARN,
+        f"{len(doubled)} of {n} examples ({pct(len(doubled), n)}%) start with {_piece(task, bos)!r} (id {bos}) "
+        "twice — a template that writes the BOS and a tokenizer that adds another; the model learns a "
+        f"start it will not be served with, e.g. {_listing(task, doubled)}",
+        len(doubled),
+        _ids(task, doubled[:SHOW_IDS]),
+    )
 
 
 def _at(task: Task, i: int, position: int) -> str:

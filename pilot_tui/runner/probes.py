@@ -13,6 +13,7 @@ exclusive-process mode, or held by another job, it raises.
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,18 @@ def release_cache(device: torch.device) -> None:
     if device.type == "cuda":
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def forget_peaks(device: torch.device) -> None:
+    """Drop what a check inside a phase allocated from the phase's peaks: its blocks go back to
+    the driver and the high-water marks start again from here (the lifetime counts are kept).
+    `first_step`'s objective checks run before the update; the row's peaks are the update's."""
+    synchronize(device)
+    release_cache(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        _reset_peak_rss()
 
 
 class MemoryProbe:
@@ -170,4 +183,16 @@ def live_counters(device: torch.device) -> dict[str, float]:
             "peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MIB,
             "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MIB,
         }
-    return {"rss_mb": psutil.Process().memory_info().rss / MIB}
+    return {"rss_mb": _own_process().memory_info().rss / MIB}
+
+
+_PROCESS: psutil.Process | None = None
+
+
+def _own_process() -> psutil.Process:
+    """This process's psutil handle, made once (making one reads /proc each time; the counters
+    thread asks twice a second while a phase runs)."""
+    global _PROCESS
+    if _PROCESS is None or _PROCESS.pid != os.getpid():  # a forked child gets its own
+        _PROCESS = psutil.Process()
+    return _PROCESS

@@ -14,6 +14,7 @@ import argparse
 from .fresh_process import fresh_process_context, fresh_process_parser, run_fresh_process, write_result
 from .replay import replay_inputs
 from .safe_load import load_tensors
+from .serving_check import generation
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,10 +34,13 @@ def reload(args: argparse.Namespace) -> None:
         model.load_state_dict(tensors, strict=True)
     model.to(ctx.device)
     outputs = replay_inputs(ctx.task, model, ctx.spec.replay.inputs, ctx.max_length, ctx.device)
+    # As it will be served: the reloaded model, batched against one prompt at a time.
+    served = generation(ctx.task, model, list(ctx.spec.replay.inputs), ctx.max_length, ctx.device)
     write_result(
         args.out,
         {
             "tensors_loaded": len(tensors),
+            "serving": served,
             "replays": [
                 {"input": o.input, "output": o.output, "ids": o.ids, "how": o.how, "error": o.error}
                 for o in outputs

@@ -42,10 +42,22 @@ def observe_update(state: TrainState, task: Task, device: torch.device, grad_cli
     }
 
 
-def final_tensors(state: TrainState) -> dict[str, torch.Tensor]:
-    """Weights and optimizer moments at the end, flat and named, for safetensors."""
+def final_tensors(state: TrainState, by_name: bool = False) -> dict[str, torch.Tensor]:
+    """Weights and optimizer moments at the end, flat and named, for safetensors.
+
+    Under a process group the optimizer state is keyed by parameter name (the gathered full
+    state dict); `by_name` keys a single process's the same way, so a run at another world size
+    compares tensor by tensor with it.
+    """
     out = {f"model/{k}": v.detach() for k, v in dist_state.model_state(state.model).items()}
-    for idx, s in dist_state.optimizer_state(state.model, state.optimizer)["state"].items():
+    if by_name and not dist_state.active():
+        # torch.distributed.checkpoint (~0.2 s to import): only a sharded optimizer state needs it.
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        optim = get_optimizer_state_dict(state.model, state.optimizer)
+    else:
+        optim = dist_state.optimizer_state(state.model, state.optimizer)
+    for idx, s in optim["state"].items():
         for key, value in s.items():
             if torch.is_tensor(value):
                 out[f"optim/{idx}/{key}"] = value.detach().reshape(value.shape)
@@ -100,6 +112,10 @@ def _short(value: Any) -> str:
 # the campaign declared none (`resume.tolerance = 0`): atomics reorder float sums, so the runs
 # drift by a few ulps per update; a broken resume (schedule, data, state) differs far more.
 NONDETERMINISTIC_RTOL = 1e-3
+# A resume at another world size (R28): the same global batch, its gradients summed in another
+# order; after a few updates float32 weights and Adam moments differ by ~1e-6 relative, a resume
+# that lost the schedule, the data position or a shard by orders of magnitude more.
+RESHARD_RTOL = 1e-3
 
 
 def _same_float(a: float, b: float, tol: float) -> bool:
@@ -117,6 +133,7 @@ def compare(
     ref_python_draw: float,
     res_python_draw: float,
     tolerance: float,
+    draws: bool = True,
 ) -> Comparison:
     """Compare the n updates after the resume, then the state at the end.
 
@@ -171,6 +188,10 @@ def compare(
         for k in ref_tensors
         if k.startswith("draw/")
     )
+    if not draws:
+        # At another world size the RNG streams are not the same streams (rank 0's restored).
+        c.checks["next_random_draw"] = {"ok": True, "not_compared": "another world size"}
+        return c
     c.checks["next_random_draw"] = {
         "ok": draw_ok,
         "python": [ref_python_draw, res_python_draw],

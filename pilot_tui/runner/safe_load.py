@@ -21,7 +21,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from ..core.hashing import sha256_file
+from ..core.hashing import directory_sha256, sha256_file
 
 MIN_TORCH = (2, 6)
 
@@ -59,6 +59,8 @@ def verify_provenance(path: str | Path, provenance: Mapping[str, Any]) -> Path:
     recorded_path = provenance.get("path")
     if recorded_path and Path(recorded_path).resolve() != p.resolve():
         raise UnsafeLoadError(f"{p}: refused: the record's provenance is for {recorded_path}")
+    if p.is_dir():
+        return _verify_directory(p, expected, provenance)
     if not p.is_file():
         raise UnsafeLoadError(f"{p}: refused: file not found")
     size = provenance.get("size")
@@ -71,6 +73,25 @@ def verify_provenance(path: str | Path, provenance: Mapping[str, Any]) -> Path:
         raise UnsafeLoadError(
             f"{p}: refused: sha256 {actual[:16]}… differs from the recorded {expected[:16]}… "
             "(the file changed since it was written)"
+        )
+    return p
+
+
+def _verify_directory(p: Path, expected: str, provenance: Mapping[str, Any]) -> Path:
+    """A sharded checkpoint: one recorded hash over every file's name, size and sha256."""
+    actual, size, files = directory_sha256(p)
+    if provenance.get("files") is not None and files != int(provenance["files"]):
+        raise UnsafeLoadError(
+            f"{p}: refused: {files} files where the record holds {int(provenance['files'])}"
+        )
+    if provenance.get("size") is not None and size != int(provenance["size"]):
+        raise UnsafeLoadError(
+            f"{p}: refused: {size} bytes differ from the recorded {int(provenance['size'])} bytes"
+        )
+    if actual != expected:
+        raise UnsafeLoadError(
+            f"{p}: refused: its files' sha256 {actual[:16]}… differs from the recorded {expected[:16]}… "
+            "(a shard changed since it was written)"
         )
     return p
 

@@ -225,8 +225,10 @@ def train_update(
         loss_total += part.detach().float()
     loss_total = dist_state.sum_tensor(loss_total)
     state.scaler.unscale_(state.optimizer)
-    params = [p for p in state.model.parameters() if p.grad is not None]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    # clip_grad_norm_ skips parameters without a gradient itself: no list of them built per update.
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        state.model.parameters(), grad_clip if grad_clip > 0 else float("inf")
+    )
     grad_norm = dist_state.full_norm(grad_norm)
     # fp16: a step skipped for inf/NaN gradients lowers the scale and must not advance the
     # schedule. Reading the scale syncs the device, so only the fp16 path pays for it.

@@ -11,8 +11,9 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,9 @@ class Session:
         self._cancel_asked: str | None = None
         # Kills the runner when a phase overruns its declared time_s and ignores the deadline.
         self.hang_watchdog = HangWatchdog(self.link.kill, self.settings.hung_grace_s)
+        # Told how long the runner has been opening the campaign (building the task, which can
+        # take minutes): a view shows it, so the wait never looks like a hang.
+        self.on_open_wait: Callable[[float], None] | None = None
         # For the row of a runner that died: the kernel's OOM kills before it, its last memory.
         self._oom_kills_at_start: int | None = None
         self._last_rss_mb: float | None = None
@@ -162,7 +166,7 @@ class Session:
         self.link.start()
         self.link.send(self._open_command())
         ready = None
-        for msg in self._until_idle(self.settings.open_timeout_s, "opening the campaign"):
+        for msg in self._until_idle(self.settings.open_timeout_s, "opening the campaign", self.on_open_wait):
             if isinstance(msg, BadInput):
                 self._fail_open(msg.message)
             if isinstance(msg, RunnerError):
@@ -199,10 +203,16 @@ class Session:
         self.close()
         raise BadInputError(message)
 
-    def _until_idle(self, deadline_s: float, doing: str) -> Iterator[WireMessage]:
-        """Every event up to the runner's next Idle, each read bounded; the whole within `deadline_s`."""
+    def _until_idle(
+        self, deadline_s: float, doing: str, on_wait: Callable[[float], None] | None = None
+    ) -> Iterator[WireMessage]:
+        """Every event up to the runner's next Idle, each read bounded; the whole within `deadline_s`.
+        `on_wait(seconds)` is told how long it has waited at every poll (a view's heartbeat)."""
         waited, poll_s = 0.0, self.settings.poll_s
+        began = time.monotonic()
         while True:
+            if on_wait is not None:
+                on_wait(time.monotonic() - began)
             try:
                 msg = self.link.receive(poll_s)
             except LinkTimeout:

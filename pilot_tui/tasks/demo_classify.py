@@ -71,6 +71,15 @@ def encode_replay(text: str) -> Example:
     return {"id": f"control:{text}", "source": "control", "features": values, "label": 0}
 
 
+# What `make_task` accepts (checked by the loader before it runs).
+OPTION_BOUNDS = {
+    "n_sources": (1, 200_000),
+    "per_source": (1, 1_000),
+    "hidden": (1, 65_536),
+    "noise": (0, 100),
+}
+
+
 def make_task(
     n_sources: int = 120,
     per_source: int = 4,

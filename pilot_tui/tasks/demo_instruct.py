@@ -147,6 +147,19 @@ def encode_replay(text: str) -> Example:
     return {"id": f"control:{text}", "conversation": "control", "prompt": text, "response": response}
 
 
+# What `make_task` accepts (checked by the loader before it runs): a demo bounded by what a laptop
+# generates in seconds, a model by what the positions and the demo's CPU runs hold.
+OPTION_BOUNDS = {
+    "n_conversations": (1, 200_000),
+    "d_model": (4, 4096),
+    "n_layers": (1, 64),
+    "n_heads": (1, 64),
+    "max_word": (2, 60),  # 2 x max_word + 8 positions of the 128 the model has
+    "periods": (0, 10_000),
+    "mask_all_from": (-1, 200_000),
+}
+
+
 def make_task(
     n_conversations: int = 240,
     seed: int = 0,

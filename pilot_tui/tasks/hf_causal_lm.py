@@ -9,12 +9,14 @@ chat template's assistant turns are located: see `hf_chat.py` and docs/hf.md.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..analysis import serving
 from ..analysis.checks import Check, listing
 from ..core.verdict import FAIL, PASS
 from . import hf_chat, hf_model
@@ -90,6 +92,25 @@ def location_check(examples: Sequence[Example], encoded: Mapping[int, hf_chat.En
             [str(ex["id"]) for ex, _ in bad[:10]],
         )
     ]
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def eos_check(model_dir: Path, end_tokens: set[int], decode) -> Check:
+    """The tokens that end assistant turns in the template against the EOS ids the model
+    directory's generation_config.json (else config.json) makes generation stop at."""
+    return serving.eos_check(
+        sorted(end_tokens),
+        _json(model_dir / "generation_config.json"),
+        hf_model.check_model_dir(model_dir, fresh_init=True),
+        decode,
+    )
 
 
 def make_task(
@@ -176,7 +197,10 @@ def make_task(
         pad_id=int(tok.pad_token_id),
         stop_ids=tuple(int(s) for s in stops),
         max_new_tokens=max_new_tokens,
-        data_checks=lambda: location_check(examples, encoded),
+        data_checks=lambda: [
+            *location_check(examples, encoded),
+            eos_check(model_dir, {t for e in encodings for t in e.end_tokens}, decode),
+        ],
         notes=(pad_note, f"labels: {_how(tok, format, train_on)}"),
         stack_check=lambda device, precision: hf_model.check_attention(
             model_dir, AUTO_CLASS, attn_implementation, device, precision

@@ -45,9 +45,10 @@ class ChatLayout:
 
 
 def read_jsonl(path: Path, limit: int = 0) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; a line that is not a JSON object is refused."""
+    """(line number, object) for each non-blank line; a line that is not a JSON object is refused.
+    A byte-order mark at the start (Windows exports) is read as UTF-8, not as a stray character."""
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open(encoding="utf-8-sig")
     except FileNotFoundError:
         raise DataError(f"{path}: data file not found") from None
     except OSError as exc:

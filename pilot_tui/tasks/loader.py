@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 import traceback
 from collections.abc import Callable
@@ -64,6 +65,41 @@ def _factory(loaded: LoadedSpec) -> tuple[Callable[..., Any], str]:
     return fn, str(file)
 
 
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _check_builtin_options(loaded: LoadedSpec, fn: Callable[..., Any]) -> None:
+    """A built-in's options against its own signature and bounds, before anything is built: a
+    float where an integer is wanted, or a count no machine holds (the demo asked for 10⁹
+    conversations), is one line naming the campaign file, the line and the key — never a
+    TypeError from deep inside, or minutes of silence."""
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    bounds: dict[str, tuple[float, float]] = getattr(module, "OPTION_BOUNDS", {})
+    params = inspect.signature(fn).parameters
+    for key, value in loaded.spec.task.options.items():
+        if key not in params:
+            continue  # the call names it (an unexpected keyword argument)
+        default = params[key].default
+        kind = type(default) if default is not inspect.Parameter.empty and default is not None else None
+        ok = (
+            kind is None
+            or (kind is bool and isinstance(value, bool))
+            or (kind is int and isinstance(value, int) and not isinstance(value, bool))
+            or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+            or (kind not in (bool, int, float) and isinstance(value, kind))
+        )
+        if not ok:
+            want = _KINDS.get(kind, kind.__name__ if kind else "?")
+            raise TaskError(f"{loaded.where(f'task.options.{key}')}: expected {want}, got {value!r}")
+        if key in bounds:
+            low, high = bounds[key]
+            if not low <= value <= high:
+                raise TaskError(
+                    f"{loaded.where(f'task.options.{key}')}: {value!r} is outside [{low:g}, {high:g}] "
+                    f"(the bounds of the built-in {loaded.spec.task.builtin})"
+                )
+
+
 def _options(loaded: LoadedSpec, fn: Callable[..., Any]) -> dict[str, Any]:
     """`task.options`, with the paths a built-in declares (`PATH_OPTIONS`) made relative to the
     campaign file, as every path of a campaign is."""
@@ -78,6 +114,8 @@ def _options(loaded: LoadedSpec, fn: Callable[..., Any]) -> dict[str, Any]:
 def load_task(loaded: LoadedSpec) -> Task:
     """Call the factory with `task.options` and check what it returned."""
     fn, origin = _factory(loaded)
+    if loaded.spec.task.builtin:
+        _check_builtin_options(loaded, fn)
     where = Path(origin) if Path(origin).is_file() else None
     try:
         task = fn(**_options(loaded, fn))

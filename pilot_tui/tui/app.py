@@ -70,6 +70,7 @@ from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_vari
 
 PANES = ("gates", "batch", "counters", "board", "plan")
 REDRAW_S = 0.1  # a step starting or ending is drawn within 0.1 s
+STARTING = "starting the runner…"
 LIVE_S = 0.5  # live figures (progress, counters, curves) redraw at most twice a second
 NVML_PERIOD_S = 0.5
 CPU_PERIOD_S = 1.0
@@ -173,6 +174,7 @@ class PilotApp(App[int]):
         self.history_label = "nothing sampled yet"
         self.status_text = ""
         self._last_status = ""
+        self._last_coarse = ""  # the status line without the running step's count
         self.campaign_keys: set[str] = set()
         self.dirty: set[str] = set(PANES)
         # Panes to draw at the next tick; the others (live figures only) at most every LIVE_S.
@@ -217,7 +219,7 @@ class PilotApp(App[int]):
                 key=step.key, label=step.label, phase=step.phase, variant=step.variant
             )
         self._show_continued_record()
-        self.status_text = "starting the runner…"
+        self.status_text = STARTING
         self.started_at = time.monotonic()
 
     def _show_continued_record(self) -> None:
@@ -396,8 +398,14 @@ class PilotApp(App[int]):
                 self._draw(pane)
                 self.drawn_at[pane] = now
             line = self._status_line()
-            if line != self._last_status:
-                self._last_status = line
+            # A step starting or ending shows at the next tick; a running step's count moves many
+            # times a second and is a live figure: at most every LIVE_S, like the panes.
+            coarse = self._status_line(progress=False)
+            if line != self._last_status and (
+                coarse != self._last_coarse or now - self.drawn_at.get("status", 0.0) >= LIVE_S
+            ):
+                self._last_status, self._last_coarse = line, coarse
+                self.drawn_at["status"] = now
                 # One line, cut with "…": a wrapped status would hide its end silently.
                 self.status_bar.update(
                     Text(clean(line), no_wrap=True, overflow="ellipsis"), layout=False
@@ -464,7 +472,7 @@ class PilotApp(App[int]):
             runs.setdefault(live.id, live)
         return list(runs.values())
 
-    def _status_line(self) -> str:
+    def _status_line(self, progress: bool = True) -> str:
         if self.saved is not None:
             return self.status_text
         done = sum(1 for g in self.gates.values() if g.finished)
@@ -473,10 +481,14 @@ class PilotApp(App[int]):
         parts = [f"{done}/{len(self.gates)} steps done"]
         if running:
             g = running[0]
-            parts.append(f"running {g.label}" + (f" {g.done}/{g.total}" if g.total else ""))
+            parts.append(f"running {g.label}" + (f" {g.done}/{g.total}" if g.total and progress else ""))
         if queued:
             parts.append(f"{queued} queued")
-        if self.status_text:
+        if self.status_text == STARTING:
+            # Opening can take minutes (a large dataset tokenised, a script's dataset.map).
+            waited = time.monotonic() - self.started_at
+            parts.append(f"opening the campaign: the runner builds the task ({waited:.0f} s)")
+        elif self.status_text:
             parts.append(self.status_text)
         return " · ".join(parts)
 

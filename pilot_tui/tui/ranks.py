@@ -42,8 +42,12 @@ def rank_table(ranks: Sequence[RankRow]) -> Table:
     for entry, peak in zip(ranks, peaks, strict=True):
         style = STYLES.get(entry.verdict, "")
         nvml, step, wait, state = entry.nvml_used_mb, entry.step_time_s, entry.data_wait_share, entry.state_mb
+        # Several nodes: which machine the rank is on ("node 1 · 3"), the first thing to look at.
+        who = "?" if entry.rank is None else str(entry.rank)
+        if entry.node is not None:
+            who = f"node {entry.node} · {who}"
         table.add_row(
-            "?" if entry.rank is None else str(entry.rank),
+            who,
             Text(entry.verdict, style=style),
             f"{peak:.1f} MiB" if peak is not None else "n/a",
             Text(_bar(peak, top), style="red" if peak == top and len(ranks) > 1 else "cyan"),

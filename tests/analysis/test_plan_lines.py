@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pilot_tui.analysis import plan
+from pilot_tui.analysis.plan import render, toml_io
 from pilot_tui.commands.headless import phase_line
 from pilot_tui.commands.plan import print_plan
 from pilot_tui.core.rows import PhaseRow
@@ -36,6 +37,40 @@ def test_interval_spans_p10_to_p90_around_the_mean_estimate(data) -> None:
     assert span.low_h < entry.total_h < span.high_h
     # No recorded spread (an older record): no range rather than a made-up one.
     assert plan.interval(entry, steady_row({"step_time_p90_s": step})) is None
+
+
+def test_a_steady_row_timed_to_a_precision_gives_the_interval_of_its_mean(data) -> None:
+    """The range is the 95 % interval of the mean step, widened by the measured contention, not
+    the spread of single steps; the range line says so, and the plan reads back from TOML."""
+    computed = plan.compute_plan(data)
+    entry = computed.package.order[0]
+    step = entry.step_time_s
+    timed = {
+        "updates": 240,
+        "timed_updates": 240,
+        "step_time_p10_s": step * 0.5,  # a wide spread of single steps…
+        "step_time_p90_s": step * 2.0,
+        "step_s_mean": step,
+        "step_s_ci95": step * 0.02,  # …and a mean known to ±2 %
+        "step_s_precision_target": 0.03,
+        "timing_clock": "host",
+        "runqueue_share": 0.1,
+    }
+    span = plan.interval(entry, steady_row(timed))
+    assert span is not None and span.step_low_s is not None and span.step_high_s is not None
+    assert span.step_low_s == pytest.approx(step * 0.98 * 0.9) and span.step_high_s == pytest.approx(
+        step * 1.02 * 1.1
+    )
+    wide = plan.interval(
+        entry, steady_row({k: timed[k] for k in ("updates", "step_time_p10_s", "step_time_p90_s")})
+    )
+    assert wide is not None and wide.step_low_s is None
+    assert wide.low_s < span.low_s < span.high_s < wide.high_s  # narrower than p10–p90
+    line = render._range_line(dataclasses.replace(entry, interval=span))
+    assert line is not None and "±2.0% at 95 % confidence over 240 timed updates" in line
+    assert "waited for a CPU 10%" in line and "p10" not in line
+    back = toml_io.from_toml(plan.Interval, toml_io.as_toml(span))
+    assert back == span
 
 
 def steady_row(details: dict) -> PhaseRow:

@@ -190,3 +190,32 @@ def test_an_edited_task_file_is_reported_not_archived(record, tmp_path, capsys):
     state = tomllib.loads((tmp_path / "a2" / "manifest.toml").read_text())["task_file"]["state"]
     assert "changed since the run" in state
     assert "changed since the run" in (tmp_path / "a2" / "INSTRUCTIONS.md").read_text()
+
+
+def test_a_sharded_checkpoint_directory_is_archived_whole_when_every_file_matches(record, tmp_path):
+    shards = record.path.parent / record.path.stem / "checkpoint-control-step5.dcp"
+    shards.mkdir()
+    for name in (".metadata", "__0_0.distcp", "__1_0.distcp", "rank0.pt", "rank1.pt"):
+        (shards / name).write_bytes(name.encode() * 50)
+    record.append("artifacts", artifact_entry(shards, "training_checkpoint", phase="save", variant="control"))
+    record.save()
+    out = write_archive(record.path, tmp_path / "arch", with_artifacts=True)
+    manifest = tomllib.loads((out / "manifest.toml").read_text())["artifacts"]
+    entry = next(m for m in manifest if m["path"] == str(shards))
+    assert entry["state"] == "verified" and entry["archived_as"] == "artifacts/checkpoint-control-step5.dcp"
+    sums = (out / "artifacts" / "SHA256SUMS").read_text().splitlines()
+    # sha256sum -c checks files: one line per file of the directory.
+    inside = [ln for ln in sums if "checkpoint-control-step5.dcp/" in ln]
+    assert len(inside) == 5
+    for line in inside:
+        digest, name = line.split("  ")
+        assert hashlib.sha256((out / "artifacts" / name).read_bytes()).hexdigest() == digest
+    # Its twin with one shard changed is reported, never archived.
+    (shards / "__1_0.distcp").write_bytes(b"changed")
+    out2 = write_archive(record.path, tmp_path / "arch2", with_artifacts=True)
+    entry2 = next(
+        m
+        for m in tomllib.loads((out2 / "manifest.toml").read_text())["artifacts"]
+        if m["path"] == str(shards)
+    )
+    assert entry2["state"].startswith("changed") and not (out2 / "artifacts" / shards.name).exists()

@@ -95,8 +95,17 @@ def train_tokenizer(texts: list[str], template: str, pad: str | None):
 
 
 def causal_lm(
-    folder: Path, texts: list[str], *, tied: bool, template: str, pad: str | None, hidden: int = 32
+    folder: Path,
+    texts: list[str],
+    *,
+    tied: bool,
+    template: str,
+    pad: str | None,
+    hidden: int = 32,
+    stop_at_end_of_turn: bool = True,
 ) -> Path:
+    """`stop_at_end_of_turn`: `eos_token_id` lists `<|end|>`, which closes each turn in the
+    templates, beside `</s>`; without it the served model would talk past its turn."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -111,7 +120,11 @@ def causal_lm(
         max_position_embeddings=256,
         tie_word_embeddings=tied,
         bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
+        eos_token_id=(
+            [tok.eos_token_id, tok.convert_tokens_to_ids("<|end|>")]
+            if stop_at_end_of_turn
+            else tok.eos_token_id
+        ),
         pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(0)

@@ -24,6 +24,7 @@ class HFModels:
     tied_plain: Path  # tied embeddings, template without generation markers, pad = eos
     untied_marked: Path  # untied, template with {% generation %}, no pad token
     unlocatable: Path  # template that rewrites assistant replies
+    eos_only: Path  # eos_token_id is </s> alone: generation would not stop at <|end|>
     classifier: Path
     classifier_shuffled: Path  # id2label names swapped: the ids no longer mean their names
 
@@ -51,6 +52,14 @@ def hf(tmp_path_factory) -> HFModels:
         ),
         unlocatable=build.causal_lm(
             root / "unlocatable", texts, tied=True, template=build.UNLOCATABLE_TEMPLATE, pad=None
+        ),
+        eos_only=build.causal_lm(
+            root / "eos-only",
+            texts,
+            tied=True,
+            template=build.PLAIN_TEMPLATE,
+            pad="</s>",
+            stop_at_end_of_turn=False,
         ),
         classifier=build.classifier(root / "classifier", sent_texts, {0: "negative", 1: "positive"}),
         classifier_shuffled=build.classifier(root / "shuffled", sent_texts, {0: "positive", 1: "negative"}),

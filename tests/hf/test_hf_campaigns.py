@@ -35,6 +35,7 @@ def shrink(path: Path, **changes) -> Path:
     """Smaller sizes for the test machine; everything else as `init` wrote it."""
     raw = tomllib.loads(path.read_text())
     raw["phases"]["steady_updates"] = 4
+    raw["phases"]["steady_budget_s"] = 1.0  # timed to its precision for at most a second
     raw["lr_board"]["updates"] = 4
     raw["lr_board"]["validate_every"] = 2
     raw["lr_board"]["seeds"] = raw["lr_board"]["seeds"][:1]
@@ -78,9 +79,17 @@ def test_init_then_run_passes_every_phase_with_tied_embeddings(hf, tmp_path, cap
     proc = run_headless(shrink(out), tmp_path / "records")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = rows_of(tmp_path / "records")
+    # A model piloted for a few updates has not learnt to stop: final says so, and nothing else.
+    final = rows.pop("final")
+    served = final["details"]["serving"]
+    assert served["ok"] and served["single"] == served["batched"]  # batched replies equal single ones
+    assert final["verdict"] == "pass" or final["reason"].startswith(
+        f"{len(served['unstopped'])} of 3 replies did not stop within max_new_tokens 64"
+    ), final["reason"]
     assert all(r["verdict"] == "pass" for r in rows.values()), {
         k: r["reason"] for k, r in rows.items() if r["verdict"] != "pass"
     }
+    rows["final"] = final
     assert {"resume", "final", "steady@ckpt", "export"} <= set(rows)
     assert rows["resume"]["details"]["comparison"] == "bitwise"
     assert rows["stack"]["details"]["task_probe"]["ok"]
@@ -162,6 +171,31 @@ def test_a_template_whose_assistant_turns_cannot_be_located_fails_inspect(hf, tm
     assert init(hf.unlocatable, hf.chat, out) == 0
     row = _inspect(out, tmp_path)
     assert row["verdict"] == "fail" and "cannot be located" in row["reason"]
+
+
+def test_an_eos_that_is_not_the_end_of_turn_token_warns_at_inspect(hf, tmp_path):
+    out = tmp_path / "eos-only" / "campaign.toml"
+    out.parent.mkdir()
+    assert init(hf.eos_only, hf.chat, out) == 0
+    row = _inspect(out, out.parent)
+    (c,) = [c for c in row["details"]["checks"] if c["name"] == "eos_tokens"]
+    assert row["verdict"] == "warn" and c["verdict"] == "warn", row["reason"]
+    assert "generation_config eos_token_id [2] does not include '<|end|>' (id 6)" in c["message"]
+    twin = tmp_path / "both" / "campaign.toml"
+    twin.parent.mkdir()
+    assert init(hf.tied_plain, hf.chat, twin) == 0
+    good = _inspect(twin, twin.parent)
+    (g,) = [c for c in good["details"]["checks"] if c["name"] == "eos_tokens"]
+    assert good["verdict"] == "pass" and g["verdict"] == "pass", good["reason"]
+
+
+def test_a_jsonl_file_with_a_byte_order_mark_reads_like_its_twin(hf, tmp_path):
+    from pilot_tui.tasks.hf_data import read_jsonl
+
+    marked = tmp_path / "bom.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + hf.chat.read_bytes())  # as Windows tools save UTF-8
+    assert read_jsonl(marked) == read_jsonl(hf.chat)
+    assert init(hf.tied_plain, marked, tmp_path / "c.toml") == 0
 
 
 @pytest.mark.parametrize(

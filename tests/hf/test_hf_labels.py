@@ -49,7 +49,10 @@ def test_every_assistant_turn_and_its_end_token_and_nothing_else(hf, tmp_path, m
     data = _write(tmp_path, [{"messages": CHAT}])
     task = hf_causal_lm.make_task(str(getattr(hf, model)), str(data))
     assert _supervised(task, task.examples[0]) == ["cba<|end|>", "ABC<|end|>"]
-    assert [c.verdict for c in task.data_checks()] == ["pass"]
+    assert [(c.name, c.verdict) for c in task.data_checks()] == [
+        ("assistant_turns", "pass"),
+        ("eos_tokens", "pass"),
+    ]
     last = hf_causal_lm.make_task(str(getattr(hf, model)), str(data), train_on="last_assistant")
     assert _supervised(last, last.examples[0]) == ["ABC<|end|>"]
     every = hf_causal_lm.make_task(str(getattr(hf, model)), str(data), train_on="all")
@@ -103,7 +106,7 @@ def test_sharegpt_needs_its_declared_mapping_and_unknown_roles_are_named(hf, tmp
 
 def test_a_template_that_hides_assistant_turns_fails_the_check_with_the_reason(hf):
     task = hf_causal_lm.make_task(str(hf.unlocatable), str(hf.chat))
-    (check,) = task.data_checks()
+    check, _eos = task.data_checks()
     assert check.verdict == "fail"
     assert (
         "cannot be located" in check.message

@@ -31,6 +31,13 @@ RUNNER_CASES: dict[str, tuple[str, ...]] = {
     "task_no_function.toml": ("tasks/raises.py: no function 'build_it'", "task.function"),
     "too_small.toml": ("too_small.toml: batch:", "fewer than one update of 2 × 64 × 1 = 128"),
     "unknown_builtin.toml": ("task.builtin: unknown built-in task 'translate'",),
+    "builtin_option_float.toml": (
+        "builtin_option_float.toml: line 7: task.options.n_conversations: expected an integer, got 40.5",
+    ),
+    "builtin_option_huge.toml": (
+        "builtin_option_huge.toml: line 10: task.options.n_conversations: 1000000000 is outside [1, 200000]",
+        "the built-in instruct",
+    ),
 }
 # Through the real CLI: spec errors (no runner started) and runner errors (one runner start each).
 CLI_CASES: dict[str, str] = {
@@ -64,6 +71,11 @@ def test_runner_reports_bad_task_or_data(name, tmp_path):
     for fragment in RUNNER_CASES[name]:
         assert fragment in message, message
     assert not any(tmp_path.iterdir()), "the runner wrote something for a bad campaign"
+
+
+def test_the_twin_of_the_bad_builtin_options_opens(tmp_path):
+    events = open_in_runner(BAD / "builtin_option_ok.toml", tmp_path / "work")
+    assert "bad_input" not in [e["kind"] for e in events], events
 
 
 @pytest.mark.parametrize("name", sorted(CLI_CASES))

@@ -1,5 +1,6 @@
 """The phases on 2 ranks under torchrun (gloo, CPU): DDP and FSDP2, per-rank rows, the global loss
-normalisation, resume in a new process group, and a rank that raises, dies or hangs (R22).
+normalisation, resume in a new process group, FSDP2's sharded checkpoints resumed at the same
+and at another world size, and a rank that raises, dies or hangs (R22, R28).
 
 One Session (one runner, one torchrun group reused across phases) serves every test: torchrun's
 start-up (an interpreter and a torch import per rank) is the cost, so launches are shared. The
@@ -34,7 +35,11 @@ def distributed_campaign(folder: Path) -> Path:
     raw = deep_merge(
         raw,
         {
-            "phases": {"skip": ["inspect", "split", "overfit", "lr_run"], "steady_updates": 3},
+            "phases": {
+                "skip": ["inspect", "split", "overfit", "lr_run"],
+                "steady_updates": 3,
+                "steady_budget_s": 1.0,
+            },
             "distributed": {
                 "strategy": "ddp",
                 "nproc_per_node": WORLD,
@@ -42,6 +47,9 @@ def distributed_campaign(folder: Path) -> Path:
                 "allreduce_mb": 1,
             },
             "resume": {"k": 2, "n": 2},
+            # The sharded resume starts three new process groups (same size, 1 rank, 2 ranks): on
+            # a loaded 2-core machine that can outlast the demo's 60 s ceiling.
+            "limits": {"default": {"time_s": 300}},
             # Large enough that weights, gradients and Adam moments (~1.7 M parameters) stand out
             # of the per-process RSS noise, small enough for a CPU step in milliseconds.
             "task": {"options": {"d_model": 256}},
@@ -87,6 +95,9 @@ def ran(tmp_path_factory) -> Iterator[tuple[Session, dict[str, dict[str, Any]]]]
     # The same engine phases under fsdp, beside the ddp control, and a resume under fsdp.
     for phase in ("save", "export"):
         run(f"{phase}@fsdp", name=f"{phase}@fsdp")
+    # Under fsdp the checkpoint is sharded (torch.distributed.checkpoint) unless declared full:
+    # the gathered full state dict's twin, then the sharded resume (bitwise, then resharded).
+    run("save", {"strategy": "fsdp", "checkpoint": "full"}, name="save-full@fsdp")
     run("resume", {"strategy": "fsdp"}, name="resume@fsdp")
     # A collate made slow on purpose (a test hook): the DataLoader's wait is measured and warned.
     run("steady", {"collate_delay_s": 0.01}, name="slow-collate")
@@ -187,6 +198,54 @@ def test_resume_under_each_strategy_matches_in_a_new_process_group(ran):
         assert d["comparison"] == "bitwise" and d["first_difference"] is None
         assert all(c["ok"] for c in d["checks"].values()), d["checks"]
     assert rows["final"]["verdict"] == "pass", rows["final"]["reason"]
+    assert rows["resume"]["details"]["checkpoint"] == "full"  # ddp: the gathered state dict
+
+
+def test_fsdp_save_writes_each_ranks_shards_through_dcp_with_per_rank_figures(ran):
+    session, rows = ran
+    row = rows["save@fsdp"]
+    assert row["verdict"] == "pass", row["reason"]
+    d = row["details"]
+    assert d["checkpoint"] == "sharded" and rows["save"]["details"]["checkpoint"] == "full"
+    art = d["artifact"]
+    folder = Path(art["path"])
+    assert folder.is_dir() and art["format"] == "torch.distributed.checkpoint"
+    names = sorted(p.name for p in folder.iterdir())
+    # Each rank its own DCP shard file and its own non-tensor state; rank 0 the index.
+    assert ".metadata" in names and {"rank0.pt", "rank1.pt"} <= set(names)
+    assert any(n.startswith("__0_") for n in names) and any(n.startswith("__1_") for n in names)
+    ranks = row["ranks"]
+    assert all(r["save_s"] > 0 and r["written_mb"] > 0 for r in ranks), ranks
+    # The row's save time is the slowest rank's (what the plan multiplies), its bytes the sum.
+    assert d["save_s"] == max(r["save_s"] for r in ranks)
+    assert d["written_mb"] == pytest.approx(sum(r["written_mb"] for r in ranks), abs=1e-3)
+    assert art["size"] / 2**20 == pytest.approx(d["written_mb"], rel=1e-3)
+    # Sharded: neither rank wrote the whole state, which the full kind's rank 0 did alone.
+    full = rows["save-full@fsdp"]
+    assert full["verdict"] == "pass" and full["details"]["checkpoint"] == "full"
+    assert [r["written_mb"] > 0 for r in full["ranks"]] == [True, False]
+    assert max(r["written_mb"] for r in ranks) < 0.75 * full["details"]["written_mb"]
+    # The record holds the directory's provenance: one hash over every file.
+    data = tomllib.loads(session.record.path.read_text())
+    recorded = next(a for a in data["artifacts"] if a["path"] == art["path"])
+    assert recorded["files"] == len(names) and len(recorded["sha256"]) == 64
+
+
+def test_the_sharded_resume_also_resumes_on_one_rank_and_back_within_tolerance(ran):
+    _, rows = ran
+    d = rows["resume@fsdp"]["details"]
+    assert d["checkpoint"] == "sharded"
+    legs = {(leg["from_ranks"], leg["ranks"]): leg for leg in d["reshard"]}
+    assert set(legs) == {(WORLD, 1), (1, WORLD)}, legs
+    for leg in legs.values():
+        print(
+            f"resharded {leg['from_ranks']} -> {leg['ranks']}: loss Δ {leg['max_loss_diff']:.3g}, weights rel "
+            f"{leg['weights_max_rel_diff']:.3g}, moments rel {leg['moments_max_rel_diff']:.3g}, {leg['seconds']} s"
+        )
+        assert leg["ok"] and all(leg["checks"].values()), leg
+        # Another world size: the same state within tolerance, not necessarily bitwise.
+        assert leg["weights_max_rel_diff"] < 1e-3 and leg["moments_max_rel_diff"] < 1e-3, leg
+    assert "rank 0" in legs[(WORLD, 1)]["note"]
 
 
 def test_a_slow_collate_shows_as_data_wait_on_every_rank_and_warns(ran):
@@ -284,3 +343,36 @@ def test_bus_bandwidth_is_the_nccl_tests_definition():
     algbw, busbw = bus_bandwidth(8e9, 2.0, 8)
     assert algbw == 4.0 and busbw == pytest.approx(4.0 * 2 * 7 / 8)
     assert bus_bandwidth(1e9, 1.0, 2) == (1.0, 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeded", [False, True])
+def test_a_split_drawn_per_process_fails_first_step_naming_the_rank(tmp_path, seeded):
+    raw = {
+        "campaign": {"name": f"split-per-process-{seeded}"},
+        "task": {
+            "file": str(
+                Path(__file__).resolve().parent.parent / "data" / "mistakes" / "split_per_process.py"
+            ),
+            "options": {"seeded": seeded},
+        },
+        "split": {"field": "split"},
+        "batch": {"microbatch": 4, "accumulation": 1, "device": "cpu", "hold": "updates", "updates": 10},
+        "distributed": {"strategy": "ddp", "nproc_per_node": WORLD, "timeout_s": TIMEOUT_S},
+    }
+    path = tmp_path / "campaign.toml"
+    path.write_text(tomli_w.dumps(raw))
+    session = Session(path, tmp_path / "records")
+    session.start()
+    try:
+        row = row_of(list(session.run_step("first_step")))
+    finally:
+        session.close()
+    if seeded:
+        assert row["verdict"] == "pass", row["reason"]
+    else:
+        # Two draws of 64 rows by the OS-seeded generator: they differ (the chance they agree is nil).
+        assert row["verdict"] == "fail"
+        assert "rank 1 sees another train / validation / test split than rank 0" in row["reason"], row[
+            "reason"
+        ]

@@ -33,6 +33,10 @@ def test_nproc_per_node_becomes_the_replicas_of_the_accounting():
     ).spec
     assert spec.distributed.nproc_per_node == 2 and spec.batch.replicas == 2
     assert parse_spec(spec_text({}), Path("c.toml")).spec.distributed.strategy == "none"
+    # Several nodes: the world is every rank of every node.
+    two_nodes = {"strategy": "ddp", "nproc_per_node": 2, "nnodes": 2, "rdzv_endpoint": "10.0.0.1:29400"}
+    spec = parse_spec(spec_text({"distributed": two_nodes}), Path("c.toml")).spec
+    assert spec.batch.replicas == 4 and spec.distributed.world == 4
 
 
 @pytest.mark.parametrize(
@@ -66,6 +70,29 @@ def test_nproc_per_node_becomes_the_replicas_of_the_accounting():
             "variants[0].strategy: must be 'ddp' or 'fsdp'",
         ),
         ({"batch": {"num_workers": -1}}, "batch.num_workers: must be ≥ 0"),
+        (
+            {"distributed": {"strategy": "fsdp", "checkpoint": "dcp"}},
+            "distributed.checkpoint: must be 'sharded' or 'full'",
+        ),
+        (
+            {"distributed": {"strategy": "ddp", "nnodes": 2}},
+            "distributed.rdzv_endpoint: must be 'host:port'",
+        ),
+        (
+            {"distributed": {"strategy": "ddp", "nnodes": 2, "rdzv_endpoint": "node0"}},
+            "distributed.rdzv_endpoint: must be 'host:port'",
+        ),
+        (
+            {"distributed": {"nnodes": 2, "rdzv_endpoint": "node0:29400"}},
+            "distributed.nnodes: several nodes need strategy",
+        ),
+        (
+            {
+                "distributed": {"strategy": "ddp", "nproc_per_node": 2, "nnodes": 2, "rdzv_endpoint": "n:1"},
+                "batch": {"replicas": 2},
+            },
+            "batch.replicas: is 2 but distributed.nproc_per_node is 2 × nnodes 2",
+        ),
     ],
 )
 def test_bad_distributed_keys_name_the_key_and_the_line(changes, message):

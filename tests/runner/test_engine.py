@@ -127,9 +127,14 @@ def test_steady_figures_describe_the_timed_updates_only(engine):
     first, steady = finished_row(events["first_step"]), finished_row(events["steady"])
     d = steady["details"]
     n = d["updates"]
-    assert n == session.spec.phases.steady_updates and len(d["losses"]) == n
+    # At least the declared count, then as many as the precision needed, each one's loss kept.
+    assert n == d["timed_updates"] >= session.spec.phases.steady_updates and len(d["losses"]) == n
+    assert d["timing_stopped"] in ("precision", "budget"), d["timing_stopped"]
+    if d["timing_stopped"] == "precision":
+        assert 0 < d["step_s_precision"] <= d["step_s_precision_target"]
+    assert d["step_s_mean"] == d["step_time_s"] and d["step_s_ci95"] > 0
     # first_step ran, so no untimed update was added and every loss is a timed update's.
-    assert d["notes"] == []
+    assert not any("untimed first update" in note for note in d["notes"]), d["notes"]
     assert d["loss_first"] == d["losses"][0] and d["loss_last"] == d["losses"][-1]
     # examples/s × s/update = examples per update: both figures divide the same measured total.
     per_update = steady["params"]["effective_batch"]

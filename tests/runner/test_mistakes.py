@@ -49,7 +49,8 @@ def campaign(folder: Path, file: str, options: dict[str, Any] | None = None, **s
         "campaign": {"name": file.replace("_", "-")},
         "task": {"file": str(MISTAKES / f"{file}.py"), "options": options or {}},
         "batch": {"microbatch": 4, "accumulation": 1, "device": "cpu", "hold": "updates", "updates": 40},
-        "phases": {"steady_updates": 4},
+        # steady times at least 4 updates, then to its precision for at most a second.
+        "phases": {"steady_updates": 4, "steady_budget_s": 1.0},
     }
     for name, values in sections.items():
         raw[name] = raw.get(name, {}) | values
@@ -298,7 +299,7 @@ def test_a_model_that_turns_nan_is_said_so_in_every_later_phase(tmp_path):
         tmp_path / "nan",
         "model_nan",
         {"nan_every": 19},
-        phases={"steady_updates": 8},
+        phases={"steady_updates": 8, "steady_precision": 0.0},  # exactly 8: the reason counts them
         resume={"k": 4, "n": 5},
     )
     assert run(ctx, "first_step")["verdict"] == "pass"
@@ -321,7 +322,12 @@ def test_a_model_that_turns_nan_is_said_so_in_every_later_phase(tmp_path):
     resume = run(ctx, "resume")
     assert "is not finite (its loss is non-finite from update" in resume["reason"], resume["reason"]
     assert "differ" not in resume["reason"] + final["reason"]
-    twin = context(tmp_path / "finite", "model_nan", {"nan_every": 0}, phases={"steady_updates": 8})
+    twin = context(
+        tmp_path / "finite",
+        "model_nan",
+        {"nan_every": 0},
+        phases={"steady_updates": 8, "steady_precision": 0.0},
+    )
     for phase in ("first_step", "steady", "save", "export"):
         row = run(twin, phase)
         assert row["verdict"] in ("pass", "warn") and "finite" not in row["reason"], (phase, row["reason"])
@@ -353,6 +359,31 @@ def test_headless_shows_the_phase_and_a_heartbeat_while_build_model_is_slow(tmp_
     assert quiet.getvalue() == ""
 
 
+def test_headless_shows_a_heartbeat_while_the_task_opens_and_nothing_when_it_is_quick(tmp_path):
+    from pilot_tui.commands.headless import run_headless
+    from pilot_tui.core import phase_table
+    from pilot_tui.session.driver import Session
+
+    def opened(folder: Path, open_s: float, period: float = 0.6) -> str:
+        path = campaign(folder, "slow_build", {"open_s": open_s})
+        raw = tomllib.loads(path.read_text())
+        raw["phases"]["skip"] = [name for name in phase_table.names() if name != "split"]
+        path.write_text(tomli_w.dumps(raw))
+        out = io.StringIO()
+        run_headless(Session(path, folder / "records"), out=out, err=io.StringIO(), heartbeat_s=period)
+        return out.getvalue()
+
+    slow = opened(tmp_path / "slow", 2.0)
+    beats = [
+        int(s) for s in re.findall(r"… opening the campaign: the runner builds the task \((\d+) s\)", slow)
+    ]
+    assert len(beats) >= 2 and beats == sorted(beats) and beats[-1] >= 2, slow
+    assert slow.index("opening the campaign") < slow.index("pilot-tui · campaign")  # before the header
+    # The twin: an open shorter than the period (15 s when not on a terminal) prints no beat.
+    quick = opened(tmp_path / "quick", 0.0, period=15.0)
+    assert "opening the campaign" not in quick and "split" in quick
+
+
 def test_tensors_compare_bitwise_where_finite_and_name_a_nan_that_moved():
     from pilot_tui.runner.finiteness import finite_equal, non_finite
     from pilot_tui.runner.resume_check import compare
@@ -369,3 +400,185 @@ def test_tensors_compare_bitwise_where_finite_and_name_a_nan_that_moved():
     assert same.ok
     moved = compare(steps, steps, {"model/w": a} | draws, {"model/w": a.flip(0)} | draws, 0.5, 0.5, 0.0)
     assert not moved.ok and "max |Δ| 0 " not in moved.reason() and "w differs" in moved.reason()
+
+
+# ------------------------------------------------------------------------------------------ the objective
+
+
+@pytest.mark.parametrize("microbatch, accumulation", [(4, 2), (1, 4)])
+def test_a_loss_averaged_per_microbatch_fails_the_accumulation_check(tmp_path, microbatch, accumulation):
+    sections = {"batch": {"microbatch": microbatch, "accumulation": accumulation}}
+    bad = pilot(tmp_path, "lm_own_loss", "first_step", {"loss": "mean"}, **sections)
+    c = bad["details"]["accumulation_check"]
+    assert bad["verdict"] == "fail" and c["ran"] and not c["ok"] and c["lengths_vary"]
+    # Both numbers in the reason, read from the two groupings the row keeps.
+    assert f"{c['loss_wide']:.6g} vs {c['loss_narrow']:.6g}" in bad["reason"]
+    assert "normalised per microbatch" in bad["reason"]
+    wide_m = microbatch if microbatch > 1 else 2
+    assert c["wide"] == [wide_m, microbatch * accumulation // wide_m] and c["narrow"] == [
+        1,
+        microbatch * accumulation,
+    ]
+    good = pilot(tmp_path, "lm_own_loss", "first_step", {"loss": "sum"}, **sections)
+    g = good["details"]["accumulation_check"]
+    assert good["verdict"] == "pass", good["reason"]
+    assert g["ok"] and g["lengths_vary"] and g["loss_rel_diff"] <= g["tolerance"]
+    assert good["details"]["reference_loss"]["ok"], good["details"]["reference_loss"]
+
+
+def test_the_first_update_is_the_same_whether_the_checks_ran_or_not(tmp_path):
+    """The checks run from the state before the first update and leave it and the RNG as found:
+    the update's loss and weights equal those of a plain `train_update` from the same seed."""
+    from pilot_tui.runner.training import train_update
+
+    ctx = context(tmp_path / "with", "lm_own_loss", {"loss": "sum"})
+    row = run(ctx, "first_step")
+    plain = context(tmp_path / "plain", "lm_own_loss", {"loss": "sum"})
+    state = plain.state("control", plain.config("control"))
+    stats = train_update(state, plain.task, plain.device, plain.spec.optim.grad_clip)
+    assert row["details"]["loss"] == float(stats.loss)
+    after = dict(ctx.states["control"].model.named_parameters())
+    for name, p in state.model.named_parameters():
+        assert torch.equal(p, after[name]), name
+
+
+@pytest.mark.parametrize("mistake", ["mean", "smoothing_over_ignored", "unshifted"])
+def test_a_task_loss_that_is_not_the_masked_cross_entropy_warns_with_both_values(tmp_path, mistake):
+    # Accumulation 1, microbatch 4: a per-microbatch mean and a term over padded positions still
+    # fail the regrouping (the reference loss is then read from the details); a loss scored
+    # without the shift does not depend on the grouping and only warns.
+    row = pilot(tmp_path, "lm_own_loss", "first_step", {"loss": mistake})
+    r = row["details"]["reference_loss"]
+    assert r["ran"] and not r["ok"]
+    assert f"{r['own']:.6g} per supervised target" in r["message"]
+    assert f"gives {r['reference']:.6g} (ratio {r['ratio']:.4g}" in r["message"]
+    if mistake == "mean":
+        assert r["ratio"] == pytest.approx(1 / r["targets"], rel=1e-4)
+    if mistake == "unshifted":
+        assert row["verdict"] == "warn" and r["message"] in row["reason"]
+        assert row["details"]["accumulation_check"]["ok"]
+    else:
+        assert row["verdict"] == "fail" and not row["details"]["accumulation_check"]["ok"]
+
+
+def test_a_bos_written_twice_warns_and_a_doubled_first_letter_does_not(tmp_path):
+    bad = pilot(tmp_path, "lm_double_bos", "inspect", {"bos_twice": True})
+    c = check(bad, "bos_tokens")
+    assert bad["verdict"] == "warn" and c["verdict"] == "warn", bad["reason"]
+    assert c["count"] == 40 and "start with '<s>' (id 1) twice" in c["message"]
+    good = pilot(tmp_path, "lm_double_bos", "inspect", {"bos_twice": False})
+    assert good["verdict"] == "pass", good["reason"]
+    assert check(good, "bos_tokens")["verdict"] == "pass"
+
+
+# ------------------------------------------------------------------------------------------ serving
+
+
+def _served(tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    ctx = context(
+        tmp_path / f"served-{sorted(options.items())}",
+        "lm_serving",
+        options,
+        replay={"inputs": ["ab", "abcdef", "cab", "hgfedc"]},
+    )
+    assert run(ctx, "export")["verdict"] == "pass"
+    return run(ctx, "final")
+
+
+def test_positions_not_read_from_the_mask_make_batched_replies_differ(tmp_path):
+    bad = _served(tmp_path, {"positions": "absolute"})
+    s = bad["details"]["serving"]
+    assert bad["verdict"] == "warn" and s["ran"] and s["differing"], bad["reason"]
+    # The bitwise reload comparison still holds: the difference is batching, not the artifact.
+    assert all(c["same"] for c in bad["details"]["replays"])
+    i = s["differing"][0]
+    assert f"{s['single'][i]} alone vs {s['batched'][i]} in a batch" in bad["reason"]
+    good = _served(tmp_path, {"positions": "mask"})
+    assert good["verdict"] == "pass", good["reason"]
+    g = good["details"]["serving"]
+    assert g["ok"] and g["single"] == g["batched"] and not g["unstopped"]
+    assert all(r[-1] == 4 and len(r) <= 12 for r in g["single"])  # each ends at <eot>
+
+
+def test_a_stop_token_the_model_never_ends_with_warns_that_replies_run_on(tmp_path):
+    bad = _served(tmp_path, {"stop": "eos"})
+    s = bad["details"]["serving"]
+    assert bad["verdict"] == "warn" and len(s["unstopped"]) == 4
+    assert (
+        "4 of 4 replies did not stop within max_new_tokens 12 at an end token (stop_ids [3])" in bad["reason"]
+    )
+    assert all(len(r) == 12 for r in s["single"])
+
+
+# ------------------------------------------------------------------------------------------ resume edges
+
+
+def _resume(tmp_path: Path, augment: bool, workers: int, overrides: dict[str, Any] | None = None):
+    ctx = context(
+        tmp_path / f"resume-{augment}-{workers}-{sorted((overrides or {}).items())}",
+        "resume_random_collate",
+        {"augment": augment},
+        batch={"num_workers": workers},
+        resume={"k": 3, "n": 2},
+    )
+    return run(ctx, "resume", overrides)
+
+
+@pytest.mark.slow
+def test_random_draws_in_loader_workers_break_a_mid_epoch_resume_by_name(tmp_path):
+    bad = _resume(tmp_path, augment=True, workers=2)
+    assert bad["verdict"] == "fail", bad["reason"]
+    assert bad["reason"].startswith("resume breaks at the loader workers: the batch fed at update 4")
+    (edge,) = [e for e in bad["details"]["edges"] if not e["ok"]]
+    assert edge["case"] == "workers" and edge["data_differs"] and edge["k"] == 3
+    # The twins: the same collate in the main process, and workers with nothing random in them.
+    for augment, workers in ((True, 0), (False, 2)):
+        good = _resume(tmp_path, augment, workers)
+        assert good["verdict"] == "pass", (augment, workers, good["reason"])
+        assert all(e["ok"] for e in good["details"]["edges"])
+
+
+def test_a_resume_at_the_end_of_an_epoch_that_skips_the_next_is_named(tmp_path):
+    good = _resume(tmp_path, augment=True, workers=0)
+    (edge,) = [e for e in good["details"]["edges"] if e["case"] == "epoch_boundary"]
+    assert good["verdict"] == "pass" and edge["ok"] and edge["at_epoch_boundary"], good["reason"]
+    assert edge["k"] == good["details"]["updates_per_epoch"]
+    assert not any("epoch boundary is not covered" in n for n in good["details"]["notes"])
+    bad = _resume(tmp_path, augment=True, workers=0, overrides={"break_resume": "epoch"})
+    assert bad["verdict"] == "fail"
+    assert bad["reason"].startswith(
+        f"resume breaks at the epoch boundary: the batch fed at update {edge['k'] + 1}"
+    )
+
+
+def test_use_cache_false_left_in_the_config_warns_at_export(tmp_path):
+    pytest.importorskip("transformers")
+    bad = pilot(tmp_path, "hf_use_cache", "export", {"use_cache_off": True})
+    assert bad["verdict"] == "warn" and bad["reason"].startswith("config use_cache = false"), bad["reason"]
+    assert bad["details"]["serving_config"] == [bad["reason"]]
+    good = pilot(tmp_path, "hf_use_cache", "export", {"use_cache_off": False})
+    assert good["verdict"] == "pass" and good["details"]["serving_config"] == [], good["reason"]
+
+
+def test_a_resume_mismatch_is_named_by_its_edge():
+    """`classify` as another loop (a trainer adapter) calls it with its own figures."""
+    from pilot_tui.runner.resume_edges import EPOCH_BOUNDARY, FIRST_WINDOW, WORKERS, classify
+
+    # Resumed at update 6 of epochs of 10 updates: only update 7 differs, later ones agree.
+    assert classify(7, 6, 10, 0, data_differs=True, later_match=True) == FIRST_WINDOW
+    assert classify(7, 6, 10, 0, data_differs=False, later_match=False) == "update 7"
+    assert classify(11, 10, 10, 0, data_differs=True, later_match=False) == EPOCH_BOUNDARY
+    assert classify(7, 6, 10, 2, data_differs=True, later_match=True) == WORKERS
+    # A difference later than the first window is no edge: the update is named.
+    assert classify(9, 6, 10, 0, data_differs=False, later_match=True) == "update 9"
+
+
+def test_a_dataset_too_small_for_its_splits_fails_with_the_size_of_each(tmp_path):
+    ctx = context(tmp_path / "tiny", "split_too_small", {"rows": 12})
+    row = run(ctx, "split")
+    c = check(row, "sizes")
+    sizes = {name: len(ctx.splits[name]) for name in ("train", "validation", "test")}
+    assert sizes["validation"] == 1 and row["verdict"] == "fail" and c["verdict"] == "fail"
+    assert f"(train {sizes['train']}, validation 1, test {sizes['test']} examples)" in c["message"]
+    good = run(context(tmp_path / "enough", "split_too_small", {"rows": 40}), "split")
+    assert good["verdict"] == "pass", good["reason"]

@@ -89,7 +89,7 @@ def write_campaign(folder: Path, script: str, args: list[str], **sections: Any) 
     """`campaign.toml` for `script` (from tests/data/trainer_scripts, unchanged) in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     raw: dict[str, Any] = {
-        "campaign": {"name": script.removesuffix(".py")},
+        "campaign": {"name": Path(script).stem},
         "task": {"trainer_script": str(SCRIPTS / script), "args": args} | sections.pop("task", {}),
     }
     for key, value in (FAST | sections).items():

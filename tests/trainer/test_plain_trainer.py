@@ -113,3 +113,11 @@ def test_the_estimate_rebuilds_their_model_under_fake_tensors(plain):
     # The captured model's own parameter count, and its longest rows as the sequence length.
     assert control["trainable_parameters"] == plain.row("load")["details"]["trainable_parameters"]
     assert control["max_length"] == plain.record["dataset"]["max_length"] > 0
+
+
+def test_final_reloads_the_export_in_a_new_process(plain):
+    exported, final = plain.row("export")["details"], plain.row("final")["details"]
+    assert "config.json" in exported["files"] and not exported["adapter_only"]
+    assert final["reloaded"] == "LlamaForCausalLM" and final["reload_process_s"] > 0
+    assert final["logits_max_abs_diff"] <= 1e-5 and final["controls_changed"] == []
+    assert [c["output"] for c in final["controls"]] == [c["output"] for c in exported["controls"]]

@@ -34,6 +34,7 @@ def replayed_to_the_end(app: PilotApp, key: str):
         # on the first row, so the frame is the same on every machine.
         await pilot.press("ctrl+home", key)
         await wait_for(pilot, lambda: not app.dirty & {app.tabs.active}, "the pane to be drawn")
+        await wait_for(pilot, lambda: not app.board_pane.plot_pending, "the curves, a frame after")
         await pilot.pause()
 
     return run_before
@@ -64,6 +65,7 @@ def stopped_mid_run(app: PilotApp, key: str):
         app.urgent.add(app.tabs.active)
         await wait_for(pilot, lambda: not app.dirty & {app.tabs.active}, "the pane to be drawn")
         await pilot.pause(0.6)  # the curve waits for its half-second slot
+        await wait_for(pilot, lambda: not app.board_pane.plot_pending, "the curves, a frame after")
         await pilot.pause()
 
     return run_before

@@ -16,6 +16,7 @@ from ...core.accounting import account
 from ...core.rows import PhaseRow
 from ...core.spec import CampaignSpec
 from ...core.verdict import FAIL
+from ..step_time import step_range
 from .inputs import Facts, step_key
 from .rental import Disk, Restart, SaveTimeout, Throughput, disk, restart, save_timeout, throughput
 from .sheet import ChoiceSheet, Configuration
@@ -32,7 +33,12 @@ def hours(seconds: float) -> float:
 
 @dataclass(frozen=True)
 class Interval:
-    """The total time as a range: every steady update at the p10, then at the p90 step time."""
+    """The total time as a range: every steady update at the low, then at the high step time.
+
+    The step range is `analysis/step_time.step_range` of the steady row (the 95 % interval of the
+    mean step time, widened by the contention the timed loop measured) when the row recorded one;
+    in records made before, the p10 and p90 of single steps.
+    """
 
     low_h: float
     high_h: float
@@ -42,6 +48,12 @@ class Interval:
     # The same range in seconds (the hours above are rounded to 3.6 s; a short run needs these).
     low_s: float | None = None
     high_s: float | None = None
+    # The per-update range used, when it is the interval of the mean (absent: p10–p90).
+    step_low_s: float | None = None
+    step_high_s: float | None = None
+    step_mean_s: float | None = None
+    step_precision: float | None = None
+    step_caveat: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,25 +178,37 @@ def duration(row: PhaseRow | None, default: float = 0.0) -> float:
 
 
 def interval(run: PlannedRun, steady: PhaseRow | None) -> Interval | None:
-    """The total time as a range: every steady update at the p10, then at the p90 step time.
+    """The total time as a range: every steady update at the low, then at the high step time.
 
     Startup, evaluation, saves and export are kept as measured; the safety margin scales with the
-    work. None when the steady phase recorded no spread (records made before it did).
+    work. None when the steady phase recorded neither an interval nor a spread.
     """
-    if steady is None:
+    if steady is None or run.updates < 1:
         return None
     p10, p90 = steady.detail("step_time_p10_s"), steady.detail("step_time_p90_s")
-    if p10 <= 0 or p90 <= 0 or run.updates < 1:
+    span = step_range(steady.details)
+    if span is None and (p10 <= 0 or p90 <= 0):
         return None
+    lo, hi = (span.low_s, span.high_s) if span is not None else (p10, p90)
     fixed = run.startup_s + run.eval_s + run.save_s + run.restarts_s + run.export_s
     margin = run.margin_s / max(run.total_s - run.margin_s, 1e-9)
 
     def total(step_s: float) -> float:
         return (fixed + (run.updates - 1) * step_s) * (1 + margin)
 
-    low, high = total(p10), total(p90)
-    return Interval(
+    low, high = total(lo), total(hi)
+    base = Interval(
         hours(low), hours(high), p10, p90, int(steady.detail("updates")), round(low, 3), round(high, 3)
+    )
+    if span is None:
+        return base
+    return dataclasses.replace(
+        base,
+        step_low_s=span.low_s,
+        step_high_s=span.high_s,
+        step_mean_s=span.mean_s,
+        step_precision=round(span.precision, 5),
+        step_caveat=span.caveat,
     )
 
 

@@ -51,6 +51,12 @@ def _range_line(o: PlannedRun) -> str | None:
     span = o.interval
     if span is None:
         return None
+    if span.step_low_s is not None and span.step_high_s is not None:
+        # The interval of the mean step time, widened by the measured contention (step_time.py).
+        return (
+            f"     {o.id}: {o.end_h - o.start_h:.2f} h, range {span.low_h:.2f}–{span.high_h:.2f} h "
+            f"(steady {span.step_low_s:.4g}–{span.step_high_s:.4g} s per update: {span.step_caveat})"
+        )
     return (
         f"     {o.id}: {o.end_h - o.start_h:.2f} h, range {span.low_h:.2f}–{span.high_h:.2f} h "
         f"(steady p10 {span.step_p10_s:.4g} s – p90 {span.step_p90_s:.4g} s over "

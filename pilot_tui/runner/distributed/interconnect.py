@@ -23,24 +23,27 @@ def bus_bandwidth(nbytes: float, seconds: float, ranks: int) -> tuple[float, flo
     return algbw, algbw * 2 * (ranks - 1) / ranks
 
 
-def _timed(t: torch.Tensor, device: torch.device) -> float:
+def _timed(t: torch.Tensor, device: torch.device, group: Any = None) -> float:
     synchronize(device)
     t0 = time.perf_counter()
-    dist.all_reduce(t)
+    dist.all_reduce(t, group=group)
     synchronize(device)
     return time.perf_counter() - t0
 
 
-def measure_allreduce(size_mb: float, device: torch.device, iters: int = 5) -> dict[str, Any]:
-    """All-reduce `size_mb` MiB of float32 `iters` times (after 2 warm-ups) on this rank."""
-    n = dist.get_world_size()
+def measure_allreduce(
+    size_mb: float, device: torch.device, iters: int = 5, group: Any = None
+) -> dict[str, Any]:
+    """All-reduce `size_mb` MiB of float32 `iters` times (after 2 warm-ups) on this rank, over
+    the whole group or over `group` (this node's ranks, or one rank of each node)."""
+    n = dist.get_world_size(group)
     big = torch.ones(max(1, int(size_mb * 2**20) // 4), dtype=torch.float32, device=device)
     tiny = torch.ones(1, dtype=torch.float32, device=device)
     for _ in range(2):
-        _timed(big, device)
-        _timed(tiny, device)
-    times = sorted(_timed(big, device) for _ in range(iters))
-    lat = statistics.median(_timed(tiny, device) for _ in range(max(iters, 10)))
+        _timed(big, device, group)
+        _timed(tiny, device, group)
+    times = sorted(_timed(big, device, group) for _ in range(iters))
+    lat = statistics.median(_timed(tiny, device, group) for _ in range(max(iters, 10)))
     nbytes = big.numel() * 4
     median = statistics.median(times)
     algbw, busbw = bus_bandwidth(nbytes, median, n)

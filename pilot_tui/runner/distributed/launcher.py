@@ -20,9 +20,10 @@ from ...core.events import PhaseFinished, PhaseStarted, decode
 from ...core.rows import Memory, phase_row
 from ...core.spec import LoadedSpec
 from ...core.steps import Step
-from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict
+from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict, worst
 from ..context import Cancelled, RunContext
-from .group import GroupFailure, RankGroup, default_backend
+from ..fresh_process import task_file_sha256
+from .group import GroupFailure, Nodes, RankGroup, default_backend
 
 # The engine phases, the variant phases (same names), resume and final run on the ranks; the
 # data checks, the fit search and the LR board stay in the runner's single process.
@@ -38,14 +39,14 @@ def resolve_world(loaded: LoadedSpec, device: torch.device) -> LoadedSpec:
     n = max(1, torch.cuda.device_count())
     spec = dataclasses.replace(
         spec,
-        batch=dataclasses.replace(spec.batch, replicas=n),
+        batch=dataclasses.replace(spec.batch, replicas=n * d.nnodes),
         distributed=dataclasses.replace(d, nproc_per_node=n),
     )
     return dataclasses.replace(loaded, spec=spec)
 
 
 def world_size(ctx: RunContext) -> int:
-    return max(1, ctx.spec.distributed.nproc_per_node or ctx.spec.batch.replicas)
+    return max(1, ctx.spec.distributed.world or ctx.spec.batch.replicas)
 
 
 def backend(ctx: RunContext) -> str:
@@ -63,7 +64,11 @@ def group_for(ctx: RunContext) -> RankGroup:
         return group
     close_group(ctx)
     world = world_size(ctx)
-    threads = max(1, torch.get_num_threads() // world) if ctx.device.type == "cpu" else 1
+    d = ctx.spec.distributed
+    per_node = world // max(1, d.nnodes)
+    # The CPU threads are this node's: shared by this node's ranks.
+    threads = max(1, torch.get_num_threads() // per_node) if ctx.device.type == "cpu" else 1
+    nodes = Nodes(d.nnodes, per_node, d.rdzv_endpoint, d.join_timeout_s, _task_sha256(ctx))
     group = RankGroup.launch(
         ctx.loaded.path,
         ctx.loaded.sha256,
@@ -73,9 +78,15 @@ def group_for(ctx: RunContext) -> RankGroup:
         ctx.spec.distributed.timeout_s,
         threads,
         check=ctx.check_cancel,
+        nodes=nodes,
     )
     ctx.memo[GROUP] = group
     return group
+
+
+def _task_sha256(ctx: RunContext) -> str:
+    sha = ctx.memo.get("task_sha256")
+    return sha if sha is not None else task_file_sha256(ctx.loaded)
 
 
 def close_group(ctx: RunContext, graceful: bool = True) -> None:
@@ -93,7 +104,23 @@ def measure_interconnect(ctx: RunContext, size_mb: float, iters: int = 5) -> dic
     per_rank = [results[r]["allreduce"] for r in sorted(results)]
     # Every rank times the same collective; the slowest view of it is the honest one.
     slowest = max(per_rank, key=lambda m: m["time_s"])
-    return slowest | {"group_start_s": round(started, 3), "per_rank_time_s": [m["time_s"] for m in per_rank]}
+    out = slowest | {"group_start_s": round(started, 3), "per_rank_time_s": [m["time_s"] for m in per_rank]}
+    if group.nodes.count > 1:
+        hosts = sorted({str(i.get("host", "")) for i in group.info.values()})
+        loopback = len(hosts) == 1 or group.nodes.host in ("127.0.0.1", "localhost", "::1")
+        out |= {
+            "nodes": group.nodes.count,
+            "per_node": group.nodes.per_node,
+            "hosts": hosts,
+            "loopback": loopback,
+        }
+        for link in ("within_node", "across_nodes"):
+            views = [results[r][link] for r in sorted(results) if link in results[r]]
+            if views:
+                out[link] = max(views, key=lambda m: m["time_s"])
+            else:
+                out[link] = {"note": "one rank per node: nothing to measure within a node"}
+    return out
 
 
 def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +181,8 @@ def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
         "verdict": row.get("verdict", ""),
         "duration_s": row.get("duration_s", 0.0),
     }
+    if "node" in row:
+        entry["node"], entry["host"] = row["node"], row.get("host", "")
     if row.get("verdict") != PASS:
         entry["reason"] = str(row.get("reason", ""))
     for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb", "nvml_used_mb"):
@@ -163,6 +192,8 @@ def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
         ("step_time_s", "step_time_s"),
         ("data_wait_share", "data_wait_share"),
         ("rank_state_mb", "state_mb"),
+        ("save_s", "save_s"),
+        ("written_mb", "written_mb"),
     ):
         if key in details:
             entry[name] = details[key]
@@ -176,9 +207,11 @@ def merge_rows(
     rows: dict[int, dict[str, Any]] = {}
     for r, res in results.items():
         if "row" in res:
-            rows[r] = res["row"]
+            rows[r] = dict(res["row"])
         else:  # the rank's own loop failed outside the phase registry
             rows[r] = {"verdict": FAIL, "reason": res.get("error", "no row"), "memory": {}, "details": {}}
+        if len({res.get("node", 0) for res in results.values()}) > 1:
+            rows[r] |= {"node": res.get("node", 0), "host": res.get("host", "")}
     worst = max(sorted(rows), key=lambda r: Verdict.read(rows[r].get("verdict")).rank)
     peak_rank = max(sorted(rows), key=lambda r: _peak(rows[r].get("memory", {})))
     base = rows.get(0, rows[worst])
@@ -187,17 +220,27 @@ def merge_rows(
     reason = base.get("reason", "")
     if verdict != base.get("verdict") or (verdict == FAIL and len(rows) > 1):
         reason = f"rank {worst}: {rows[worst].get('reason', '')}"
-    for key in ("step_time_s", "step_time_p50_s", "step_time_p90_s", "data_wait_share"):
+    for key in ("step_time_s", "step_time_p50_s", "step_time_p90_s", "data_wait_share", "save_s"):
         per = [rows[r]["details"][key] for r in rows if key in rows[r].get("details", {})]
         if per:
             # The ranks step together: the slowest one sets the pace the plan must use.
             details[key] = max(per)
-    for key in ("examples_per_s", "tokens_per_s"):
+    timed = [r for r in rows if "step_s_mean" in rows[r].get("details", {})]
+    if timed:
+        # The interval is the slowest rank's: the one whose pace the plan uses.
+        slowest = rows[max(timed, key=lambda r: rows[r]["details"]["step_s_mean"])]["details"]
+        details |= {k: v for k, v in slowest.items() if k.startswith("step_s_") or k == "runqueue_share"}
+    for key in ("examples_per_s", "tokens_per_s", "written_mb"):
         per = [rows[r]["details"].get(key) for r in rows if key in rows[r].get("details", {})]
         if per:
             details[key] = sum(per)
     details["world_size"] = len(rows)
     details["peak_rank"] = peak_rank
+    ranks = [rank_entry(r, rows[r]) for r in sorted(rows)]
+    if any("node" in e for e in ranks):
+        details["nodes"] = node_figures(ranks)
+        if reason.startswith(f"rank {worst}:") and "node" in rows[worst]:
+            reason = f"node {rows[worst]['node']} {reason}"
     return phase_row(
         name=step.phase,
         step=step.key,
@@ -209,10 +252,30 @@ def merge_rows(
         params=params | base.get("params", {}) | {"world_size": len(rows)},
         memory=rows[peak_rank].get("memory", {}),
         details=details,
-        ranks=[rank_entry(r, rows[r]) for r in sorted(rows)],
+        ranks=ranks,
         # A rank stopped by the cancel stopped the phase: it runs again.
         cancelled=any(rows[r].get("cancelled") is True for r in rows),
     )
+
+
+def node_figures(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per node: its ranks, worst verdict, highest peak and slowest duration."""
+    out = []
+    for node in sorted({e["node"] for e in ranks if "node" in e}):
+        mine = [e for e in ranks if e.get("node") == node]
+        entry: dict[str, Any] = {
+            "node": node,
+            "host": mine[0].get("host", ""),
+            "ranks": [e["rank"] for e in mine],
+            "verdict": worst(e.get("verdict") for e in mine).value,
+            "duration_s": max(float(e.get("duration_s", 0.0)) for e in mine),
+        }
+        for key in ("peak_reserved_mb", "peak_rss_mb", "step_time_s", "save_s"):
+            per = [e[key] for e in mine if key in e]
+            if per:
+                entry[key] = max(per)
+        out.append(entry)
+    return out
 
 
 def failed_row(

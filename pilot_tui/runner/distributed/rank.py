@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from ...core.spec import load_spec
 from ...core.steps import Step
 from ...tasks.loader import load_task
 from ..context import RunContext
+from ..fresh_process import task_file_sha256
 from ..lifetime import die_with_parent
 from ..phases import PHASES, execute
 from ..phases.base import AFTER_ROW, Outcome
@@ -48,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--work-dir", type=Path, required=True)
     p.add_argument("--store-port", type=int, required=True)
+    p.add_argument("--store-host", default="127.0.0.1")
+    p.add_argument("--store-prefix", default="", help="this group's keys in a shared rendezvous store")
+    p.add_argument("--pilot-node", type=int, default=0, help="this node's index (0: the dashboard's)")
+    p.add_argument("--pilot-nnodes", type=int, default=1)
     p.add_argument("--backend", required=True)
     p.add_argument("--timeout-s", type=float, required=True)
     return p
@@ -155,9 +161,14 @@ def serve(args: argparse.Namespace) -> int:
     die_with_parent()
     if args.threads:
         torch.set_num_threads(args.threads)
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    store = dist.TCPStore("127.0.0.1", args.store_port, is_master=False, timeout=STORE_TIMEOUT)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    # Several nodes: the pilot numbers the nodes (the dashboard's is 0, so global rank 0 is on it,
+    # beside the record), not torchrun's rendezvous, which orders nodes by host name and pid.
+    rank = args.pilot_node * per_node + local if args.pilot_nnodes > 1 else int(os.environ["RANK"])
+    store = _store(args)
     forward = Forward(store, rank)
+    host = socket.gethostname()
     try:
         loaded = load_spec(args.spec)
         if loaded.sha256 != args.spec_sha256:
@@ -167,20 +178,36 @@ def serve(args: argparse.Namespace) -> int:
         else:
             device = torch.device("cuda", local)
             torch.cuda.set_device(device)
-        dist.init_process_group(args.backend, timeout=dt.timedelta(seconds=args.timeout_s))
+        timeout = dt.timedelta(seconds=args.timeout_s)
+        if args.pilot_nnodes > 1:
+            world = args.pilot_nnodes * per_node
+            pg_store = dist.PrefixStore("pg", store)
+            dist.init_process_group(
+                args.backend, store=pg_store, rank=rank, world_size=world, timeout=timeout
+            )
+        else:
+            dist.init_process_group(args.backend, timeout=timeout)
+        groups = node_groups(args.pilot_nnodes, per_node)
         task = load_task(loaded)
 
         AFTER_ROW.insert(0, state_mb_hook)
         ctx = RunContext(loaded, task, device, forward, args.work_dir, heartbeat=forward.beat)
-        store.set(f"ready/{rank}", json.dumps({"pid": os.getpid(), "device": str(device)}))
+        ready = {
+            "pid": os.getpid(),
+            "device": str(device),
+            "node": args.pilot_node,
+            "host": host,
+            "local_rank": local,
+            "spec_sha256": loaded.sha256,
+            "task_sha256": task_file_sha256(loaded),
+        }
+        store.set(f"ready/{rank}", json.dumps(ready))
     except Exception as exc:
         store.set(f"ready/{rank}", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         raise
     stop = threading.Event()
     # A client of its own: TCPStore calls from two threads must not share one connection.
-    ticker = Forward(
-        dist.TCPStore("127.0.0.1", args.store_port, is_master=False, timeout=STORE_TIMEOUT), rank
-    )
+    ticker = Forward(_store(args), rank)
     threading.Thread(target=ticker.publish_ticks, args=(stop,), daemon=True, name="ticks").start()
     seq = 0
     while True:
@@ -191,17 +218,53 @@ def serve(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             if cmd["op"] == "allreduce":
-                out: dict[str, Any] = {"allreduce": measure_allreduce(float(cmd["mb"]), device, cmd["iters"])}
+                mb, iters = float(cmd["mb"]), cmd["iters"]
+                out: dict[str, Any] = {"allreduce": measure_allreduce(mb, device, iters)}
+                # Within a node (every node at once, as a real run's intra-node reductions) and
+                # across nodes (the ranks of one local index): two different links.
+                for name, group in groups.items():
+                    out[name] = measure_allreduce(mb, device, iters, group=group)
             else:
                 out = {"row": _run_step(ctx, cmd)}
         except Exception as exc:  # a failure the phase registry did not catch still reaches the runner
             out = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
-        out |= {"rank": rank, "seconds": time.perf_counter() - t0, "carried": forward.carried}
+        out |= {
+            "rank": rank,
+            "node": args.pilot_node,
+            "host": host,
+            "seconds": time.perf_counter() - t0,
+            "carried": forward.carried,
+        }
         store.set(f"result/{seq}/{rank}", json.dumps(json_safe(out), allow_nan=False))
         seq += 1
     stop.set()
     dist.destroy_process_group()
     return 0
+
+
+def _store(args: argparse.Namespace) -> dist.Store:
+    """A client of the runner's command store (this group's keys, when the store is shared)."""
+    tcp = dist.TCPStore(args.store_host, args.store_port, is_master=False, timeout=STORE_TIMEOUT)
+    return dist.PrefixStore(args.store_prefix, tcp) if args.store_prefix else tcp
+
+
+def node_groups(nnodes: int, per_node: int) -> dict[str, Any]:
+    """This rank's group within its node and across nodes (at its local index), when each has
+    more than one member. Every rank creates every group, in one order (a collective)."""
+    if nnodes < 2:
+        return {}
+    rank = dist.get_rank()
+    node, local = divmod(rank, per_node)
+    out: dict[str, Any] = {}
+    for k in range(nnodes):
+        g = dist.new_group([k * per_node + i for i in range(per_node)])
+        if k == node and per_node > 1:
+            out["within_node"] = g
+    for i in range(per_node):
+        g = dist.new_group([k * per_node + i for k in range(nnodes)])
+        if i == local:
+            out["across_nodes"] = g
+    return out
 
 
 def main() -> int:

@@ -2,53 +2,89 @@
 
 from __future__ import annotations
 
-import time
-
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
+from ...core.verdict import WARN
 from .. import finiteness
 from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from ..context import RunContext
 from ..distributed import state as dist_state
+from ..distributed.sharded import kind_for, verify_sharded
 from ..replay import replay_inputs
 from ..replay_store import save_replays
+from ..serving_check import config_warnings
 from ..training import TrainState
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
+FORMATS = {"sharded": "torch.distributed.checkpoint", "full": "torch.save"}
 
 
 def _record_artifact(ctx: RunContext, entry: dict) -> None:
     ctx.emit(RecordUpdate(section="artifacts", value=entry))
 
 
-def _finite_state(ctx: RunContext, run: PhaseRun, what: str) -> tuple[str, TrainState]:
-    """The step's variant and its training state, refused when a weight is not finite.
+def _finite_state(
+    ctx: RunContext, run: PhaseRun, what: str, overrides: dict | None = None
+) -> tuple[str, TrainState]:
+    """The step's variant and its training state (under `overrides`, default the step's own),
+    refused when a weight is not finite.
 
     Finiteness first: a NaN never equals itself, so comparing a diverged model bitwise would
     report "weights differ" instead of the cause; and a NaN model is not worth a file."""
     variant = run.step.variant
-    state = ctx.state(variant, ctx.config(variant, run.overrides))
+    state = ctx.state(variant, ctx.config(variant, run.overrides if overrides is None else overrides))
     reason = finiteness.weights_not_finite(state.model, ctx.memo, variant)
     if reason:
         raise PhaseFailure(f"{reason}: nothing worth a {what} (finiteness checked before any comparison)")
     return variant, state
 
 
+def checkpoint_kind(ctx: RunContext, strategy: str, overrides: dict) -> str:
+    """sharded | full: the override, the declared `[distributed] checkpoint`, else by strategy."""
+    return kind_for(str(overrides.get("checkpoint") or ctx.spec.distributed.checkpoint), strategy)
+
+
 @phase("save")
 def save(ctx: RunContext, run: PhaseRun) -> Outcome:
-    variant, state = _finite_state(ctx, run, "save")
+    overrides = {k: v for k, v in run.overrides.items() if k != "checkpoint"}
+    variant, state = _finite_state(ctx, run, "save", overrides)
+    kind = checkpoint_kind(ctx, state.config.strategy, run.overrides)
     # A rerun at the same step gets a new name: an earlier artifact entry keeps its file (R14).
-    path = dist_state.from_rank0(_unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}.pt"))
-    t0 = time.perf_counter()
-    save_training_state(state, path)
-    # The write alone (the reload and comparison below are the pilot's, not the run's): what
-    # each save of the real run costs the plan.
-    save_s = time.perf_counter() - t0
-    entry = artifact_entry(path, "training_checkpoint", phase="save", variant=variant, step=state.step)
-    _record_artifact(ctx, entry)
+    suffix = ".dcp" if kind == "sharded" else ".pt"
+    path = dist_state.from_rank0(_unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}{suffix}"))
+    written = save_training_state(state, path, kind)
+    entry = artifact_entry(
+        path, "training_checkpoint", phase="save", variant=variant, step=state.step, format=FORMATS[kind]
+    )
+    if dist_state.is_rank0():
+        _record_artifact(ctx, entry)
     # The save is only as good as its reload: read it back with the safe rules (R17).
+    if kind == "sharded":
+        differ = verify_sharded(state, path, entry)  # each rank its own shards, bitwise
+        if differ:
+            raise PhaseFailure(
+                f"reloaded shards differ from this rank's state: {', '.join(differ[:5])}", {"artifact": entry}
+            )
+    else:
+        _verify_full(state, path, entry)
+    return Outcome(
+        details={
+            "artifact": entry,
+            "checkpoint": kind,
+            "contents": list(CHECKPOINT_KEYS),
+            "step": state.step,
+            "size_mb": round(entry["size"] / 2**20, 3),
+            # The write alone (the read-back check is not part of a real run's save): what the plan
+            # multiplies by the number of checkpoints, the slowest rank's on several ranks.
+            "save_s": written["save_s"],
+            "written_mb": written["written_mb"],
+        }
+    )
+
+
+def _verify_full(state, path, entry: dict) -> None:
     saved = load_training_state(path, entry)
     missing = [k for k in CHECKPOINT_KEYS if k not in saved]
     if missing:
@@ -64,15 +100,6 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
             f"reloaded checkpoint weights differ from the saved model: {', '.join(differ[:5])}",
             {"artifact": entry},
         )
-    return Outcome(
-        details={
-            "artifact": entry,
-            "contents": list(CHECKPOINT_KEYS),
-            "step": state.step,
-            "size_mb": round(entry["size"] / 2**20, 3),
-            "save_s": round(save_s, 6),
-        }
-    )
 
 
 @phase("export")
@@ -110,12 +137,16 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
         replays_path, "replay_outputs", phase="export", variant=variant, step=state.step, of=entry["sha256"]
     )
     _record_artifact(ctx, replays_entry)
-    return Outcome(
-        details={
-            "artifact": entry,
-            "replay_file": replays_entry,
-            "tensors": len(tensors),
-            "size_mb": round(entry["size"] / 2**20, 3),
-            "replay_outputs": [{"input": c.input, "output": c.output} for c in replays],
-        }
-    )
+    # The config as it would be saved beside these weights: what serving reads from it.
+    served = config_warnings(ctx.task, state.model)
+    details = {
+        "artifact": entry,
+        "replay_file": replays_entry,
+        "tensors": len(tensors),
+        "size_mb": round(entry["size"] / 2**20, 3),
+        "replay_outputs": [{"input": c.input, "output": c.output} for c in replays],
+        "serving_config": served,
+    }
+    if served:
+        return Outcome(WARN, "; ".join(served), details)
+    return Outcome(details=details)

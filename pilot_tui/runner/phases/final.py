@@ -19,6 +19,7 @@ from ..probes import release_cache
 from ..replay import ReplayOutput
 from ..replay_store import load_replays
 from ..safe_load import UnsafeLoadError
+from ..serving_check import generation_warnings
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
 
@@ -153,6 +154,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         "comparison": "bitwise" if exact else f"logits within {tol:g}",
         "replays": replays,
         "fresh_process_s": round(seconds, 3),
+        "serving": result.get("serving", {}),
     }
     bad = next((c for c in replays if not c["same"]), None)
     if bad is not None:
@@ -164,6 +166,9 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
             details,
         )
     errors = [c for c in replays if c["error"]]
+    served = generation_warnings(details["serving"], list(ctx.spec.replay.inputs))
+    if served and replays and not errors:
+        return Outcome(WARN, "; ".join(served), details)
     if not replays:
         return Outcome(
             WARN,

@@ -15,6 +15,7 @@ import copy
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +23,37 @@ import torch
 
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
-from .. import finiteness
-from ..checkpoint import training_state, write_checkpoint
+from .. import finiteness, resume_edges
+from ..checkpoint import rest_state, rng_state, set_rng_state, training_state, write_checkpoint
 from ..context import RunContext
 from ..determinism import deterministic
 from ..distributed import state as dist_state
+from ..distributed.sharded import kind_for, save_sharded
 from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
 from ..probes import release_cache
-from ..resume_check import NONDETERMINISTIC_RTOL, compare, final_tensors, next_draws, observe_update
+from ..resume_check import (
+    NONDETERMINISTIC_RTOL,
+    RESHARD_RTOL,
+    compare,
+    final_tensors,
+    next_draws,
+    observe_update,
+)
 from ..safe_load import UnsafeLoadError
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
-BREAKS = ("scheduler", "data")
+BREAKS = ("scheduler", "data", "epoch")
+FORMATS = {"sharded": "torch.distributed.checkpoint", "full": "torch.save"}
+# An epoch at most this many updates long gets its own resume at the boundary (resume_edges).
+EPOCH_EDGE_MAX_UPDATES = 64
 # Only the first rows of the per-update table go into the record; the checks cover all of them.
 TABLE_ROWS = 64
 
 
 def _break(payload: dict[str, Any], how: str) -> None:
     """Spoil a copy of the checkpoint the way real resumes go wrong (test hook)."""
+    if how == "epoch":
+        return  # spoils the epoch-boundary edge only (resume_edges.skip_next_epoch)
     if how == "scheduler":
         sched = dict(payload["scheduler"])
         sched["last_epoch"], sched["_step_count"] = 0, 1  # the schedule starts over
@@ -124,9 +138,13 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     breaking = str(overrides.pop("break_resume", "") or "")
     if breaking and breaking not in BREAKS:
         raise PhaseFailure(f"break_resume must be one of {', '.join(BREAKS)}, got {breaking!r}")
+    kind_override = overrides.pop("checkpoint", "")
     k, n = spec.k, spec.n
     variant = run.step.variant
     config = ctx.config(variant, overrides)
+    kind = kind_for(str(kind_override or ctx.spec.distributed.checkpoint), config.strategy)
+    # A sharded checkpoint on several ranks is also resumed at another world size (R28).
+    reshard = kind == "sharded" and dist_state.world() > 1 and not breaking
     exact = ctx.device.type == "cpu"
     grad_clip = ctx.spec.optim.grad_clip
     timings: dict[str, float] = {}
@@ -148,18 +166,30 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         skip = timed_skip(ctx, state.sampler, config.max_length, k)
 
         t = time.perf_counter()
-        payload = training_state(state)
-        saved_position = dict(payload["data"])
-        if breaking:
-            _break(payload, breaking)
-        name = f"resume-{variant}-step{k}{'-broken-' + breaking if breaking else ''}.pt"
+        saved_position = state.sampler.state_dict()
+        suffix = ".dcp" if kind == "sharded" else ".pt"
+        name = f"resume-{variant}-step{k}{'-broken-' + breaking if breaking else ''}{suffix}"
         path = dist_state.from_rank0(_unused(ctx.work_dir / name))
-        if dist_state.is_rank0():  # one full copy (gathered state dict), written by rank 0 alone
-            write_checkpoint(payload, path)
-        dist_state.barrier()
-        del payload
+        if kind == "sharded":  # every rank writes its shards
+            edit = (lambda own: _break(own, breaking)) if breaking else None
+            timings["save_rank_s"] = save_sharded(state, path, rest_state(state), edit)["save_s"]
+        else:
+            payload = training_state(state)
+            if breaking:
+                _break(payload, breaking)
+            if dist_state.is_rank0():  # one full copy (gathered state dict), written by rank 0 alone
+                write_checkpoint(payload, path)
+            dist_state.barrier()
+            del payload
         entry = artifact_entry(
-            path, "resume_checkpoint", phase="resume", variant=variant, step=k, broken=breaking or None
+            path,
+            "resume_checkpoint",
+            phase="resume",
+            variant=variant,
+            step=k,
+            broken=breaking or None,
+            format=FORMATS[kind],
+            world_size=dist_state.world(),
         )
         ctx.emit(RecordUpdate(section="artifacts", value={k2: v for k2, v in entry.items() if v is not None}))
         timings["save_s"] = time.perf_counter() - t
@@ -174,9 +204,20 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
             run.current_input = {"update": k + i + 1, "of": k + n, "microbatch": config.microbatch}
             reference.append(observe_update(state, ctx.task, ctx.device, grad_clip))
             ctx.progress(run.step.key, k + i + 1, total, message="uninterrupted")
+        rng_before_draws = rng_state()
         ref_python_draw, ref_draws = next_draws(ctx.device)
-        ref_tensors = {key: v.cpu() for key, v in (final_tensors(state) | ref_draws).items()}
+        ref_tensors = {key: v.cpu().clone() for key, v in (final_tensors(state) | ref_draws).items()}
         timings["uninterrupted_n_s"] = time.perf_counter() - t
+        further: list[dict[str, Any]] = []
+        further_tensors: dict[str, torch.Tensor] = {}
+        if reshard:
+            # n more updates: what the run resumed on 1 rank and saved again at k + n must be
+            # followed by on the full world size. The draws above must not shift that run's RNG.
+            set_rng_state(rng_before_draws)
+            for _ in range(n):
+                ctx.check_cancel()
+                further.append(observe_update(state, ctx.task, ctx.device, grad_clip))
+            further_tensors = {key: v.cpu().clone() for key, v in final_tensors(state).items()}
 
         ref_scaler = {key: float(v) for key, v in state.scaler.state_dict().items()}
     # The worker needs the device: what the comparison needs is on the host now; the rest is
@@ -191,41 +232,11 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         return Outcome(details={"k": k, "n": n, "note": "rank 0 resumes in a new process group and compares"})
 
     out_dir = path.with_suffix(".worker")
-    worker = start_fresh_process(
-        "pilot_tui.runner.resume_process",
-        [
-            *context_args(ctx),
-            "--out",
-            str(out_dir),
-            "--checkpoint",
-            str(path),
-            "--sha256",
-            entry["sha256"],
-            "--size",
-            str(entry["size"]),
-            "--config",
-            json.dumps(config.params()),
-            "--updates",
-            str(n),
-        ],
-        out_dir,
-        nproc=dist_state.world(),
-    )
     ctx.progress(run.step.key, k + n, total, message="resuming in a new process")
-    try:
-        result, worker_s = worker.wait(ctx)
-    except FreshProcessFailed as exc:
-        what = "refused the checkpoint" if exc.code == EXIT_REFUSED else f"failed (exit {exc.code})"
-        raise PhaseFailure(
-            f"the resumed process {what}: {exc}",
-            {"artifact": entry, "worker_stderr": exc.stderr, "break_resume": breaking},
-        ) from None
+    result, res_tensors, worker_s = _resumed(
+        ctx, path, entry, config, n, out_dir, dist_state.world(), {"break_resume": breaking}
+    )
     timings["new_process_s"] = worker_s
-
-    try:
-        res_tensors = read_tensors(result)
-    except UnsafeLoadError as exc:
-        raise PhaseFailure(f"the resumed process's output was refused: {exc}") from None
     ops = sorted(set(nondeterministic) | set(result.get("nondeterministic_ops", [])))
     tol, comparison = comparison_tolerance(exact, spec.tolerance, ops)
     cmp = compare(
@@ -282,11 +293,184 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     }
     if not cmp.ok:
         raise PhaseFailure(cmp.reason(), details)
+    if reshard:
+        details["reshard"] = _reshard(
+            ctx, run, path, entry, config, k, n, reference, ref_tensors, further, further_tensors
+        )
+        details["timings_s"]["total_s"] = round(time.perf_counter() - t0, 4)
+        bad = next((leg for leg in details["reshard"] if not leg["ok"]), None)
+        if bad is not None:
+            raise PhaseFailure(
+                f"resumed on {bad['ranks']} rank(s) from {bad['from_ranks']}: {bad['reason']}", details
+            )
+    # In this process only: under torchrun rank 0 alone gets here, and a wrapped state's
+    # collectives would wait for ranks that have left the phase.
+    edges = (
+        resume_edges.edge_cases(
+            ctx.new_state,
+            ctx.task,
+            config,
+            ctx.device,
+            grad_clip,
+            k,
+            n,
+            ctx.spec.batch.num_workers,
+            per_epoch,
+            EPOCH_EDGE_MAX_UPDATES,
+            resume_edges.skip_next_epoch if breaking == "epoch" else None,
+        )
+        if dist_state.world() == 1
+        else []
+    )
+    details["edges"] = edges
+    broken = next((e for e in edges if not e["ok"]), None)
+    if broken is not None:
+        raise PhaseFailure(resume_edges.reason(broken), details)
     notes = []
-    if len(epochs) < 2:
+    if len(epochs) < 2 and not any(e["case"] == "epoch_boundary" for e in edges):
         notes.append(
             f"k + n = {k + n} stays inside one epoch of {per_epoch} updates: the epoch boundary is not "
             "covered (choose k just below a multiple of updates_per_epoch)"
         )
     details["notes"] = notes
+    details["checkpoint"] = kind
     return Outcome(details=details)
+
+
+def _resumed(
+    ctx: RunContext,
+    path: Path,
+    entry: dict[str, Any],
+    config,
+    n: int,
+    out_dir: Path,
+    nproc: int,
+    context: dict[str, Any],
+    extra_args: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
+    """Resume `path` in a new process (a new group of `nproc` ranks) for n updates; its result."""
+    args = [
+        *context_args(ctx),
+        "--out",
+        str(out_dir),
+        "--checkpoint",
+        str(path),
+        "--sha256",
+        entry["sha256"],
+        "--size",
+        str(entry["size"]),
+        "--config",
+        json.dumps(config.params()),
+        "--updates",
+        str(n),
+        *extra_args,
+    ]
+    if entry.get("files") is not None:
+        args += ["--files", str(entry["files"])]
+    worker = start_fresh_process("pilot_tui.runner.resume_process", args, out_dir, nproc=nproc)
+    try:
+        result, worker_s = worker.wait(ctx)
+    except FreshProcessFailed as exc:
+        what = "refused the checkpoint" if exc.code == EXIT_REFUSED else f"failed (exit {exc.code})"
+        where = (
+            f"the resumed process on {nproc} rank(s)"
+            if nproc != dist_state.world()
+            else "the resumed process"
+        )
+        raise PhaseFailure(
+            f"{where} {what}: {exc}", {"artifact": entry, "worker_stderr": exc.stderr} | context
+        ) from None
+    try:
+        return result, read_tensors(result), worker_s
+    except UnsafeLoadError as exc:
+        raise PhaseFailure(f"the resumed process's output was refused: {exc}") from None
+
+
+def _reshard(
+    ctx: RunContext,
+    run: PhaseRun,
+    path: Path,
+    entry: dict[str, Any],
+    config,
+    k: int,
+    n: int,
+    reference: list[dict[str, Any]],
+    ref_tensors: dict[str, torch.Tensor],
+    further: list[dict[str, Any]],
+    further_tensors: dict[str, torch.Tensor],
+) -> list[dict[str, Any]]:
+    """The sharded checkpoint of N ranks resumed on 1 (which saves again at k + n), then that one
+    resumed on N: each leg's n updates and final state against the uninterrupted run's.
+
+    Not bitwise: another world size sums the same gradients in another order (one process folds
+    the ranks into its accumulation: the same global batch). Step, LR and batch ids must still be
+    identical, losses, weights and moments equal within a relative tolerance.
+    """
+    world = dist_state.world()
+    tol = ctx.spec.resume.tolerance or RESHARD_RTOL
+    one = replace(config, accumulation=config.accumulation * world, replicas=1, strategy="none")
+    legs = []
+    # N → 1: the whole global batch in one process; its batch ids are the global update's, whose
+    # head is rank 0's share (what the uninterrupted run on rank 0 recorded).
+    to_one = path.with_name(path.stem + "-on1.dcp")
+    result, tensors, seconds = _resumed(
+        ctx,
+        path,
+        entry,
+        one,
+        n,
+        path.with_suffix(".worker1"),
+        1,
+        {"reshard": f"{world} -> 1"},
+        ("--save-sharded", str(to_one), "--by-name"),
+    )
+    resumed = [
+        u | {"batch": u["batch"][: len(r["batch"])]}
+        for u, r in zip(result["updates"], reference, strict=False)
+    ]
+    legs.append(_leg(world, 1, reference, resumed, ref_tensors, tensors, tol, seconds, result))
+    saved = result.get("saved")
+    if saved is None or not legs[-1]["ok"]:
+        return legs
+    ctx.emit(RecordUpdate(section="artifacts", value=saved | {"variant": run.step.variant}))
+    # 1 → N: the checkpoint one process saved at k + n, resumed on the full world size.
+    result, tensors, seconds = _resumed(
+        ctx,
+        Path(saved["path"]),
+        saved,
+        config,
+        n,
+        path.with_suffix(".workerN"),
+        world,
+        {"reshard": f"1 -> {world}"},
+    )
+    legs.append(_leg(1, world, further, result["updates"], further_tensors, tensors, tol, seconds, result))
+    return legs
+
+
+def _leg(
+    src: int,
+    dst: int,
+    reference: list[dict[str, Any]],
+    resumed: list[dict[str, Any]],
+    ref_tensors: dict[str, torch.Tensor],
+    res_tensors: dict[str, torch.Tensor],
+    tol: float,
+    seconds: float,
+    result: dict[str, Any],
+) -> dict[str, Any]:
+    cmp = compare(reference, resumed, ref_tensors, res_tensors, 0.0, 0.0, tol, draws=False)
+    return {
+        "from_ranks": src,
+        "ranks": dst,
+        "ok": cmp.ok,
+        "reason": cmp.reason(),
+        "comparison": f"within {tol:g} relative per tensor (another world size reduces in another order)",
+        "max_loss_diff": cmp.checks["loss_per_step"].get("max_abs_diff", 0.0),
+        "weights_max_rel_diff": cmp.checks["weights"].get("max_rel_diff"),
+        "moments_max_rel_diff": cmp.checks["optimizer_moments"].get("max_rel_diff"),
+        "checks": {name: c["ok"] for name, c in cmp.checks.items()},
+        "first_difference": cmp.first,
+        "note": result.get("note", ""),
+        "seconds": round(seconds, 3),
+    }

@@ -266,7 +266,24 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
             f"; all-reduce {ic['size_mb']:g} MiB on {ic['ranks']} ranks ({ic['backend']}): "
             f"bus {ic['busbw_gbps']:.3g} GB/s, latency {ic['latency_us']:.0f} µs"
         )
+        if "nodes" in ic:
+            reason += "; " + node_links(ic)
     return Outcome(PASS, reason, details)
+
+
+def node_links(ic: dict[str, Any]) -> str:
+    """Within a node and across nodes, separately: the second is the one that breaks plans."""
+    parts = []
+    for link, label in (("within_node", "within a node"), ("across_nodes", "across nodes")):
+        m = ic.get(link, {})
+        if "busbw_gbps" in m:
+            parts.append(
+                f"{label} bus {m['busbw_gbps']:.3g} GB/s ({m['ranks']} ranks, {m['latency_us']:.0f} µs)"
+            )
+        else:
+            parts.append(f"{label}: {m.get('note', 'not measured')}")
+    where = "loopback: every node on this host" if ic.get("loopback") else f"{ic['nodes']} nodes"
+    return f"{'; '.join(parts)} [{where}]"
 
 
 def task_probe(ctx: RunContext, details: dict[str, Any], failures: list[str]) -> None:

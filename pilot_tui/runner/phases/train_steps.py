@@ -1,20 +1,33 @@
-"""`first_step` (allocates optimizer state, R5) and `steady` (N timed updates)."""
+"""`first_step` (allocates optimizer state, R5) and `steady` (updates timed to a precision)."""
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 import time
-from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
 
+from ...analysis import rank_data
+from ...analysis.step_time import MeanInterval, mean_interval, updates_needed
 from ...core.verdict import WARN
-from .. import finiteness
+from .. import finiteness, objective_gate
 from ..context import RunContext
-from ..probes import synchronize
+from ..distributed import state as dist_state
+from ..probes import forget_peaks, synchronize
+from ..steady_timing import (
+    PROGRESS_PERIOD_S,
+    LossTap,
+    StopRule,
+    UpdateClock,
+    agree,
+    budget_for,
+    host_feed,
+    runqueue_clock,
+    runqueue_share,
+)
 from ..training import TrainState, UpdateStats, train_update
 from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
 from .load import tensor_mb
@@ -107,6 +120,27 @@ def load_details(before: float | None, after: float | None) -> dict[str, float |
 MAX_SCALER_SKIPS = 32
 
 
+def example_key(example: Any) -> str:
+    """An example's id, or a hash of its fields when it has none: an index would call two
+    differently ordered datasets the same."""
+    if "id" in example:
+        return str(example["id"])
+    return hashlib.sha256(repr(sorted(example.items())).encode()).hexdigest()[:16]
+
+
+def _same_split_on_every_rank(ctx: RunContext) -> None:
+    """Under torchrun every rank builds its task and its split on its own: they must agree."""
+    if dist_state.world() < 2:
+        return
+    ids = [example_key(ex) for ex in ctx.task.examples]
+    mine = rank_data.split_digest(ctx.splits, ids)
+    digests: list[str] = [""] * dist_state.world()
+    torch.distributed.all_gather_object(digests, mine)
+    problem = rank_data.split_mismatch(digests)
+    if problem:
+        raise PhaseFailure(problem, {"split_digests": digests})
+
+
 @phase("first_step")
 def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
@@ -114,7 +148,15 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     if state.step != 0:  # the first step must be a real first step: fresh optimizer state
         ctx.states.pop(variant)
         state = ctx.state(variant, ctx.config(variant, run.overrides))
-    stats = _update(ctx, run, state)
+    _same_split_on_every_rank(ctx)
+    micro = state.sampler.next_update()
+    # From the state before the update: the same examples regrouped, and the task's own loss.
+    checks = {
+        "accumulation_check": objective_gate.accumulation(state, ctx.task, micro, ctx.device),
+        "reference_loss": objective_gate.reference(state, ctx.task, micro, ctx.device),
+    }
+    forget_peaks(ctx.device)  # the row's memory is the update's, not the checks'
+    stats = _update(ctx, run, state, micro)
     # fp16: an overflow at the initial scale makes GradScaler skip the optimizer step and back off.
     # That is its design, not a fault, but then no optimizer state exists yet: repeat until a real
     # step is taken, so this phase measures what a first step allocates (R5, R11).
@@ -151,55 +193,33 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure(
             "the first update has no supervised target: the loss reads 0 while it means nothing", details
         )
+    details |= {name: objective_gate.public(c) for name, c in checks.items()}
+    accumulated = checks["accumulation_check"]
+    if accumulated["ran"] and not accumulated["_result"].ok:
+        raise PhaseFailure(accumulated["message"], details)
     found = gradless(state.model)
     details |= found
-    if found["gradless_parameters"]:
-        return Outcome(WARN, _gradless_reason(found), details)
+    warnings = [_gradless_reason(found)] if found["gradless_parameters"] else []
+    ref = checks["reference_loss"]
+    if ref["ran"] and not ref["_result"].ok:
+        warnings.append(ref["message"])
+    if warnings:
+        return Outcome(WARN, "; ".join(warnings), details)
     return Outcome(details=details)
 
 
-class _Examples(Dataset):
-    """The task's examples by index, for a DataLoader whose batch sampler is the update sampler."""
-
-    def __init__(self, task) -> None:
-        self.task = task
-
-    def __len__(self) -> int:
-        return len(self.task.examples)
-
-    def __getitem__(self, i: int):
-        return self.task.examples[i]
+def _expected_updates(rule: StopRule, interval: MeanInterval, n: int) -> int:
+    """The progress bar's total while timing: the minimum, or the updates the precision looks
+    like it needs at the spread seen so far."""
+    if rule.precision <= 0 or n < rule.minimum:
+        return max(rule.minimum, n)
+    return max(n + 1, min(updates_needed(interval, rule.precision), 100 * n))
 
 
-def _collate(task, max_length: int, delay_s: float, examples):
-    if delay_s:
-        time.sleep(delay_s)  # test hook: a collate made slow on purpose (override collate_delay_s)
-    return task.collate(examples, max_length)
-
-
-def loader_updates(
-    ctx: RunContext, state: TrainState, n: int, delay_s: float = 0.0
-) -> Iterator[tuple[list[list[int]], list[Any], float]]:
-    """n updates fed by a real torch DataLoader with the campaign's `num_workers` and `pin_memory`:
-    (microbatch indices, host batches, seconds spent waiting in `next(iterator)`).
-
-    The update sampler still decides the order (its position advances exactly as n updates do),
-    so a resume after a steady phase sees the same data either way.
-    """
-    b = ctx.spec.batch
-    updates = [state.sampler.next_update() for _ in range(n)]
-    loader = DataLoader(
-        _Examples(ctx.task),
-        batch_sampler=[m for u in updates for m in u],
-        collate_fn=partial(_collate, ctx.task, state.config.max_length, delay_s),
-        num_workers=b.num_workers,
-        pin_memory=b.pin_memory and ctx.device.type == "cuda",
-    )
-    batches = iter(loader)
-    for micro in updates:
-        t = time.perf_counter()
-        host = [next(batches) for _ in micro]
-        yield micro, host, time.perf_counter() - t
+def _timing_message(interval: MeanInterval, rule: StopRule) -> str:
+    if rule.precision <= 0 or not math.isfinite(interval.precision):
+        return "timing"
+    return f"timing: mean step known to ±{interval.precision:.1%} (target ±{rule.precision:.0%})"
 
 
 # Data wait per update below which a CPU steady row does not warn (see steady()).
@@ -218,65 +238,98 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     # One untimed warm-up update: the first after a phase boundary pays for the allocator's
     # cache emptied there (and lazy kernel loading on CUDA); the timed ones are the steady ones.
     warmup = _update(ctx, run, state)
-    n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
+    p, ov = ctx.spec.phases, run.overrides
+    rule = StopRule(
+        minimum=int(ov.get("steady_updates") or p.steady_updates),
+        precision=float(ov.get("steady_precision", p.steady_precision)),
+        budget_s=budget_for(
+            float(ov.get("steady_budget_s", p.steady_budget_s)), ctx.spec.limit_for("steady").time_s
+        ),
+    )
     taken = state.step  # updates already taken: a failure is named by the campaign's update number
-    losses, examples, tokens, times = [], 0, 0, []
+    losses, examples, tokens = [], 0, 0
     skips: list[bool] = []
-    # CUDA runs asynchronously: a host clock around one update times its launch, not its kernels.
-    # Events on the stream time each update on the device without a sync per step.
-    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     cuda = ctx.device.type == "cuda"
-    delay = float(run.overrides.get("collate_delay_s") or 0.0)
-    feed = loader_updates(ctx, state, n, delay)
+    # CUDA runs asynchronously: a host clock around one update times its launch, not its kernels;
+    # the clock's events time each update on the device without a sync per step.
+    clock, tap = UpdateClock(ctx.device), LossTap(ctx.device)
+    feed = host_feed(ctx, state, float(ov.get("collate_delay_s") or 0.0))
     waits: list[float] = []
     synchronize(ctx.device)
-    load_before = machine_load()
-    t0 = time.perf_counter()
-    for i in range(n):
-        ctx.check_cancel()
-        micro, host, wait = next(feed)  # the data wait stays out of the per-update step time
-        waits.append(wait)
-        if cuda:
-            events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-            events[-1][0].record()
-        t = time.perf_counter()
-        stats = _update(ctx, run, state, micro, host)
-        if cuda:
-            events[-1][1].record()
-        else:
-            times.append(time.perf_counter() - t)
-        losses.append(stats.loss)
-        skips.append(stats.skipped)
-        examples += stats.examples
-        tokens += stats.tokens
-        if (i + 1) % 10 == 0 or i + 1 == n:
-            # Reading a loss syncs the device: only every 10 updates, never each step.
-            ctx.progress(run.step.key, i + 1, n, float(stats.loss))
+    load_before, queue_before = machine_load(), runqueue_clock()
+    t0 = next_progress = clock.mark()
+    n, stopped, interval = 0, None, mean_interval([])
+    check_at = rule.next_checkpoint(0)
+    try:
+        while stopped is None:
+            ctx.check_cancel()
+            micro, host, wait = next(feed)  # its wait is part of the update's time, and counted apart
+            waits.append(wait)
+            stats = _update(ctx, run, state, micro, host)
+            now = clock.mark()
+            n += 1
+            losses.append(stats.loss)
+            skips.append(stats.skipped)
+            examples += stats.examples
+            tokens += stats.tokens
+            if n == check_at:
+                interval = mean_interval(clock.ready())
+                stopped = agree(rule.reason(n, now - t0, interval))
+                check_at = rule.next_checkpoint(n)
+            if now >= next_progress or stopped is not None:
+                # On a clock, not per update: each event is serialised, piped and drawn.
+                next_progress = now + PROGRESS_PERIOD_S
+                tap.offer(stats.loss)
+                total = n if stopped is not None else _expected_updates(rule, interval, n)
+                ctx.progress(run.step.key, n, total, tap.latest(), _timing_message(interval, rule))
+    finally:
+        feed.close()
     synchronize(ctx.device)
-    total = time.perf_counter() - t0
-    if cuda:
-        times = [start.elapsed_time(end) / 1000 for start, end in events]  # ms -> s
+    elapsed = time.perf_counter() - t0
+    queue_share = runqueue_share(queue_before, runqueue_clock(), elapsed)
+    times = clock.times()
+    interval = mean_interval(times)
+    timed = interval.mean_s * n  # the timed loop's total: throughput and shares divide the same figure
     values = torch.stack(losses).tolist()  # one copy to the host, not one per update
-    times.sort()
+    ordered = sorted(times)
     details = {
         "updates": n,
         "warmup_updates": 1,
-        "step_time_s": total / n,
-        "step_time_p50_s": times[len(times) // 2],
-        "step_time_p90_s": times[min(len(times) - 1, int(0.9 * len(times)))],
-        "step_time_p10_s": times[int(0.1 * len(times))],
+        # The plan's mean: every timed update's wall time, its data wait included.
+        "step_time_s": interval.mean_s,
+        "step_time_p50_s": ordered[len(ordered) // 2],
+        "step_time_p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+        "step_time_p10_s": ordered[int(0.1 * len(ordered))],
+        # How well the mean is known (analysis/step_time.py: the plan's range reads these).
+        "timed_updates": n,
+        "step_s_mean": interval.mean_s,
+        "step_s_ci95": interval.ci95_s if math.isfinite(interval.ci95_s) else -1.0,
+        "step_s_precision": round(interval.precision, 5) if math.isfinite(interval.precision) else -1.0,
+        "step_s_precision_target": rule.precision,
+        "step_s_ci_method": interval.method,
+        "timing_stopped": stopped,
+        "timing_budget_s": rule.budget_s,
+        "timing_clock": "cuda events" if cuda else "host",
         **load_details(load_before, machine_load()),
-        "examples_per_s": examples / total,
-        "tokens_per_s": tokens / total,
+        "examples_per_s": examples / timed,
+        "tokens_per_s": tokens / timed,
         "loss_first": values[0],
         "loss_last": values[-1],
         "losses": values,
         "notes": notes,
         # Waiting in next(DataLoader iterator) against the whole timed loop (R22).
         "data_wait_s": sum(waits) / n,
-        "data_wait_share": sum(waits) / total if total > 0 else 0.0,
+        "data_wait_share": min(1.0, sum(waits) / timed) if timed > 0 else 0.0,
         "loader": {"num_workers": ctx.spec.batch.num_workers, "pin_memory": ctx.spec.batch.pin_memory},
     }
+    if queue_share is not None:
+        # The share of the loop the timing thread was ready but waited for a CPU: the load it ran under.
+        details["runqueue_share"] = queue_share
+    if stopped == "budget":
+        notes.append(
+            f"timing stopped at its {rule.budget_s:g} s budget with the mean step time known to "
+            f"±{interval.precision:.1%} (target ±{rule.precision:.0%}) over {n} updates"
+        )
     if state.scaler.is_enabled():
         # fp16: a step the scaler skipped (inf/NaN gradients) was timed but moved no weight.
         details["scaler_skipped_updates"] = sum(bool(x) for x in skips)

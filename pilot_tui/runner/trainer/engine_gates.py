@@ -5,18 +5,21 @@ updates (after the accumulation check), `evaluate()` on the longest rows, its ow
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
 from ...core.verdict import PASS, WARN
 from ..context import RunContext
+from ..fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
 from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.load import tensor_mb
-from . import loop
+from . import loop, replay
 from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
 
 
@@ -199,50 +202,9 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     )
 
 
-def _control_prompt(tok: Any, text: str) -> list[int]:
-    if getattr(tok, "chat_template", None):
-        ids = tok.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        return [int(i) for i in ids]
-    return [int(i) for i in tok(text)["input_ids"]]
-
-
-def greedy(model: torch.nn.Module, prompt: list[int], stops: set[int], budget: int) -> list[int]:
-    device = next(model.parameters()).device
-    seq = torch.tensor([prompt], device=device)
-    out: list[int] = []
-    with torch.no_grad():
-        for _ in range(budget):
-            nxt = int(model(input_ids=seq).logits[0, -1].argmax())
-            out.append(nxt)
-            if nxt in stops:
-                break
-            seq = torch.cat([seq, torch.tensor([[nxt]], device=device)], 1)
-    return out
-
-
 def _probe_batch(adapter: Any) -> dict[str, torch.Tensor]:
     rows = adapter.eval if adapter.eval is not None else adapter.train
     return {k: v for k, v in rows.one(0).items() if k in ("input_ids", "attention_mask", "position_ids")}
-
-
-def model_view(model: torch.nn.Module, adapter: Any, inputs: list[str], budget: int) -> dict[str, Any]:
-    """What final compares after the reload: logits on one row, greedy replies to the controls."""
-    was = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        batch = {k: v.to(device) for k, v in _probe_batch(adapter).items()}
-        logits = model(**batch).logits.float().cpu()
-    replies = []
-    if adapter.tokenizer is not None:
-        for text in inputs:
-            ids = greedy(model, _control_prompt(adapter.tokenizer, text), set(adapter.ends), budget)
-            replies.append({"input": text, "ids": ids, "output": adapter.tokenizer.decode(ids)})
-    model.train(was)
-    return {"logits": logits, "controls": replies}
 
 
 @body("export")
@@ -255,12 +217,25 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     seconds = time.perf_counter() - t0
     found = _folder(path)
     adapter_only = (path / "adapter_config.json").is_file()
-    view = model_view(loop.unwrapped(trainer), adapter, ctx.spec.replay.inputs, 16)
-    ctx.memo[EXPORT_MEMO] = {"path": path, "view": view, "adapter_only": adapter_only}
+    # What final compares: the exported model's logits on one row and its replies to the inputs.
+    batch = _probe_batch(adapter)
+    tok, inputs = adapter.tokenizer, list(ctx.spec.replay.inputs)
+    prompts = [replay.prompt_ids(tok, text) for text in inputs] if tok is not None else []
+    logits, replies = replay.view(loop.unwrapped(trainer), batch, prompts, set(adapter.ends))
+    ctx.memo[EXPORT_MEMO] = {
+        "path": path,
+        "adapter_only": adapter_only,
+        "batch": batch,
+        "prompts": prompts,
+        "logits": logits,
+        "replies": replies,
+        "inputs": inputs[: len(prompts)],
+        "model_class": type(loop.unwrapped(trainer)).__name__,
+    }
     details = found | {
         "export_s": seconds,
         "adapter_only": adapter_only,
-        "controls": [{k: c[k] for k in ("input", "output")} for c in view["controls"]],
+        "controls": [{"input": t, "output": _decode(tok, r)} for t, r in zip(inputs, replies, strict=False)],
     }
     if not any(f.endswith((".safetensors", ".bin")) for f in found["files"]):
         raise PhaseFailure(f"save_model wrote no weights file in {path}", details)
@@ -268,44 +243,69 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     return Outcome(PASS, f"save_model wrote {what}: {found['size_mb']:.1f} MiB, {seconds:.2f} s", details)
 
 
-def reload_export(path: Path, adapter_only: bool, like: torch.nn.Module) -> torch.nn.Module:
-    if adapter_only:
-        # peft is in the hf extra, and only a trainer that trains an adapter needs it.
-        from peft import AutoPeftModelForCausalLM
-
-        return AutoPeftModelForCausalLM.from_pretrained(str(path))
-    cls = type(like)
-    return cls.from_pretrained(str(path))
+def _decode(tok: Any, ids: list[int]) -> str:
+    return tok.decode(ids) if tok is not None else " ".join(map(str, ids))
 
 
 @body("final")
 def final(ctx: RunContext, run: PhaseRun) -> Outcome:
-    """Reload the export with from_pretrained (+ the adapter) and compare with the model at export."""
+    """The export reloaded with from_pretrained (+ the adapter) in a new process: its logits and
+    replies must be the exported model's."""
     exported = ctx.memo.get(EXPORT_MEMO)
     if exported is None:
         raise PhaseFailure("export has not run in this runner: nothing to reload")
-    trainer, adapter = trainer_of(ctx), adapter_of(ctx)
-    t0 = time.perf_counter()
-    model = reload_export(exported["path"], exported["adapter_only"], loop.unwrapped(trainer))
-    model.to(loop.unwrapped(trainer).device)
-    reload_s = time.perf_counter() - t0
-    after = model_view(model, adapter, ctx.spec.replay.inputs, 16)
-    before = exported["view"]
-    diff = float((after["logits"] - before["logits"]).abs().max())
+    tok = adapter_of(ctx).tokenizer
+    work = ctx.work_dir / "trainer-final"
+    work.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in exported["batch"].items()}, str(work / "row.safetensors"))
+    stops = sorted(adapter_of(ctx).ends)
+    request = {"batch": str(work / "row.safetensors"), "prompts": exported["prompts"], "stops": stops}
+    (work / "inputs.json").write_text(json.dumps(request))
+    flags = ["--adapter-only"] if exported["adapter_only"] else []
+    worker = start_fresh_process(
+        "pilot_tui.runner.trainer.reload_worker",
+        [
+            "--export", str(exported["path"]),
+            *flags,
+            "--model-class", exported["model_class"],
+            "--inputs", str(work / "inputs.json"),
+            "--threads", str(torch.get_num_threads()),
+            "--out", str(work / "out"),
+        ],
+        work / "out",
+    )  # fmt: skip
+    run.current_input = {"export": str(exported["path"])}
+    try:
+        result, seconds = worker.wait(ctx, timeout_s=ctx.spec.limit_for("final").time_s or 600.0)
+    except FreshProcessFailed as exc:
+        raise PhaseFailure(f"the reload in a new process failed: {exc}", {"stderr": exc.stderr}) from None
+    logits = read_tensors(result)["logits"]
+    diff = (
+        float((logits - exported["logits"]).abs().max())
+        if logits.shape == exported["logits"].shape
+        else math.inf
+    )
     changed = [
-        {"input": b["input"], "before": b["output"], "after": a["output"]}
-        for b, a in zip(before["controls"], after["controls"], strict=True)
-        if b["ids"] != a["ids"]
+        {"input": t, "before": _decode(tok, b), "after": _decode(tok, a)}
+        for t, b, a in zip(exported["inputs"], exported["replies"], result["replies"], strict=True)
+        if b != a
     ]
     details = {
-        "reload_s": reload_s,
+        "reload_process_s": seconds,
         "logits_max_abs_diff": diff,
-        "controls": [{"input": a["input"], "output": a["output"]} for a in after["controls"]],
+        "controls": [
+            {"input": t, "output": _decode(tok, a)}
+            for t, a in zip(exported["inputs"], result["replies"], strict=True)
+        ],
         "controls_changed": changed,
-        "reloaded": type(model).__name__,
+        "reloaded": result["model"],
     }
     if diff > 1e-5 or changed:
         what = f"{len(changed)} replayed replies changed" if changed else f"logits differ by up to {diff:.3g}"
-        raise PhaseFailure(f"the reloaded export is not the model that was exported: {what}", details)
-    controls = f", {len(after['controls'])} replayed replies identical" if after["controls"] else ""
-    return Outcome(PASS, f"reloaded with from_pretrained: logits identical{controls}", details)
+        raise PhaseFailure(
+            f"the export reloaded in a new process is not the model that was exported: {what}", details
+        )
+    replies = f", {len(result['replies'])} replayed replies identical" if result["replies"] else ""
+    return Outcome(
+        PASS, f"reloaded with from_pretrained in a new process: logits identical{replies}", details
+    )

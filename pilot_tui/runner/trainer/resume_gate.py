@@ -4,8 +4,10 @@ k+1…k+n must be bitwise the same."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import numpy as np
 import torch
 import transformers
 from packaging.version import Version
@@ -15,11 +17,39 @@ from ..context import RunContext
 from ..fresh_process import FreshProcessFailed, start_fresh_process
 from ..phases.base import Outcome, PhaseFailure, PhaseRun
 from . import loop
-from .registry import body, from_start, probe_for, trainer_of
+from .registry import adapter_of, body, from_start, probe_for, trainer_of
 from .settings import RESUME_REFUSED
 
 
-def resume_causes(trainer: Any) -> tuple[list[str], list[str]]:
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def collator_draws(adapter: Any, rows: int = 4) -> bool:
+    """Whether the trainer's collator gives other batches under other RNG states (masking,
+    augmentation, random truncation): collated twice, seeded apart, every RNG put back after."""
+    train = adapter.train
+    chosen = [train.dataset[i] for i in range(min(rows, len(train)))]
+    py, npy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng():
+            outs = []
+            for seed in (1, 2):
+                torch.manual_seed(seed)
+                random.seed(seed)
+                np.random.seed(seed)
+                outs.append(dict(train.collate_fn(list(chosen))))
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+    return not _same(*outs)
+
+
+def resume_causes(trainer: Any, adapter: Any = None) -> tuple[list[str], list[str]]:
     """(refusals, known library causes of inexactness) for this trainer's settings."""
     a = trainer.args
     refused = [f"{k} = true: {why}" for k, why in RESUME_REFUSED.items() if getattr(a, k, False)]
@@ -39,10 +69,11 @@ def resume_causes(trainer: Any) -> tuple[list[str], list[str]]:
     if sampling in ("group_by_length", "batch_rebalance"):
         causes.append(f"{sampling} sampling: the length-grouped sampler draws from the global RNG")
     collator = trainer.data_collator
-    if getattr(collator, "mlm", False):
+    if adapter is not None and collator_draws(adapter):
+        name = getattr(collator, "__name__", type(collator).__name__)
         causes.append(
-            f"{type(collator).__name__} masks at random: the first window after a resume draws another mask "
-            "(RNG restored after the window is fetched)"
+            f"the collator {name} draws from the RNG (its batches change with the seed): after a resume the "
+            "trainer restores the RNG only once the first window is fetched, so that window draws other values"
         )
     return refused, causes
 
@@ -80,7 +111,7 @@ def hexes(row: dict[str, Any]) -> dict[str, Any]:
 def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer = trainer_of(ctx)
     k, n = ctx.spec.resume.k, ctx.spec.resume.n
-    refused, causes = resume_causes(trainer)
+    refused, causes = resume_causes(trainer, adapter_of(ctx))
     if refused:
         raise PhaseFailure("a resume test would mean nothing: " + "; ".join(refused), {"refused": refused})
     out = ctx.work_dir / "trainer-resume"

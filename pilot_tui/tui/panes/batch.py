@@ -162,5 +162,13 @@ class BatchPane(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(Text(NO_INSPECT, style="dim"), id="batch-body")
 
+    _row: PhaseRow | None = None
+    _drawn = False
+
     def show(self, row: PhaseRow | None) -> None:
+        """Draw the inspected batch once per row: a visit to the pane re-renders nothing (rows are
+        replaced when a step re-runs, never mutated, so identity says whether it changed)."""
+        if self._drawn and row is self._row:
+            return
+        self._row, self._drawn = row, True
         self.query_one("#batch-body", Static).update(render_inspect(row))

@@ -240,14 +240,21 @@ class BoardPane(Vertical):
             self.query_one("#variants", Static).update(variants_table(variants) if variants else "")
 
     def _plot_soon(self, runs: list[RunRow]) -> None:
-        """Plot now if the last plot is PLOT_PERIOD_S old, else once when it is (latest runs)."""
-        wait = self._plotted_at + PLOT_PERIOD_S - time.monotonic()
-        if wait <= 0:
-            self._plot(runs)
-            return
+        """Plot after the next frame (at most every PLOT_PERIOD_S), never inside the call that
+        asked: a switch to this pane shows the curves last built at once, and the new ones a
+        frame later, so the key's answer does not wait for plotext."""
+        wait = max(0.0, self._plotted_at + PLOT_PERIOD_S - time.monotonic())
         if self._pending is None:
-            self.set_timer(wait, self._plot_pending)
+            if wait <= 0:
+                self.call_after_refresh(self._plot_pending)
+            else:
+                self.set_timer(wait, self._plot_pending)
         self._pending = runs
+
+    @property
+    def plot_pending(self) -> bool:
+        """Curves asked for and not drawn yet (they come a frame after the table)."""
+        return self._pending is not None
 
     def _plot_pending(self) -> None:
         runs, self._pending = self._pending, None

@@ -171,53 +171,79 @@ class CountersPane(VerticalScroll):
         history: Sequence[float],
         history_label: str,
     ) -> None:
-        """Redraw from the app's latest samples (at most ~10×/s, only while visible)."""
+        """Redraw from the app's latest samples (at most ~10×/s, only while visible).
+
+        Each widget is updated only when what it would show changed since it was last drawn
+        (its text, not the raw sample): a switch back to this pane re-renders nothing else.
+        """
         if nvml is None:
-            self._set("#nvml", Text("NVML: not read yet", style="dim"), "none")
+            self._set("#nvml", lambda: Text("NVML: not read yet", style="dim"), "none", key="none")
         elif nvml.error:
             text = f"{nvml.error}; showing the runner's CPU memory instead."
-            self._set("#nvml", Text(text, style="yellow"), text)
+            self._set("#nvml", lambda: Text(text, style="yellow"), text, key=text)
         else:
-            table = gpu_table(nvml.gpus, self.campaign)
             reserved = runner[1].get("reserved_mb") if runner is not None else None
             processes = process_table(nvml.gpus, self.campaign, reserved, self.runner_pid)
             # The shape (lines taken) decides a relayout; a new sample of the same GPUs redraws in place.
             shape = (len(nvml.gpus), None if processes is None else processes.row_count)
-            if processes is None:
-                self._set("#nvml", table, shape, always=True)
-            else:
+
+            def gpus() -> Any:
+                table = gpu_table(nvml.gpus, self.campaign)
+                if processes is None:
+                    return table
                 heading = Text("Processes (NVML, every few seconds)", style="bold")
-                self._set("#nvml", Group(table, Text(""), heading, processes), shape, always=True)
+                return Group(table, Text(""), heading, processes)
+
+            self._set("#nvml", gpus, shape, key=(nvml.gpus, reserved, shape, tuple(self.campaign.items())))
         if runner is not None:
-            self._set("#runner", runner_table(*runner), tuple(runner[1]), always=True)
+            device, values = runner
+            shown = (device, tuple((k, fmt_mb(v)) for k, v in values.items()))
+            self._set("#runner", lambda: runner_table(device, values), tuple(values), key=shown)
         data = list(history)
         sparkline = self.query_one("#history", Sparkline)
         if sparkline.data != data:
             sparkline.data = data
-        self._set("#history-label", Text(f"History: {history_label}{history_range(history)}"), 1, always=True)
+        label = f"History: {history_label}{history_range(history)}"
+        self._set("#history-label", lambda: Text(label), 1, key=label)
 
-    def _set(self, selector: str, content: Any, shape: Any, always: bool = False) -> None:
+    def _set(self, selector: str, content: Any, shape: Any, always: bool = False, key: Any = None) -> None:
         """Update a widget; relayout only when its shape (lines it takes) may have changed.
 
         A live figure redraws in place: a relayout of the whole screen at every sample is what
-        kept keys waiting while a run trained. `always=False` skips an unchanged shape.
+        kept keys waiting while a run trained. `always=False` skips an unchanged shape;
+        a `key` equal to the one last drawn skips the update altogether (`content` may then be a
+        callable, built only when drawn).
         """
         shapes: dict[str, Any] = self.__dict__.setdefault("_shapes", {})
+        keys: dict[str, Any] = self.__dict__.setdefault("_keys", {})
         same = shapes.get(selector, object()) == shape
-        if same and not always:
+        if key is not None:
+            if same and keys.get(selector, object()) == key:
+                return
+            keys[selector] = key
+        elif same and not always:
             return
         shapes[selector] = shape
-        self.query_one(selector, Static).update(content, layout=not same)
+        self.query_one(selector, Static).update(content() if callable(content) else content, layout=not same)
 
     def show_cpu(self, sample: CpuSample | None) -> None:
         """The runner's pid, CPU % and RSS and the system memory (psutil), beside its counters."""
         widget = self.query_one("#cpu", Static)
         # No runner process (a replay, or before it starts): nothing of its own to show.
-        widget.display = sample is not None and sample.pid is not None
+        shown = sample is not None and sample.pid is not None
+        if widget.display != shown:
+            widget.display = shown
         if sample is not None and sample.pid is not None:
-            self._set(
-                "#cpu", cpu_table(sample), (sample.pid is None, sample.system_total_mb is None), always=True
+            # What the lines say, at the precision they say it: an unchanged text is not redrawn.
+            key = (
+                sample.pid,
+                None if sample.cpu_percent is None else round(sample.cpu_percent),
+                sample.threads,
+                None if sample.system_used_mb is None else round(sample.system_used_mb / 102.4),
+                sample.system_total_mb,
+                None if sample.load_avg_1m is None else round(sample.load_avg_1m, 2),
             )
+            self._set("#cpu", lambda: cpu_table(sample), (sample.system_total_mb is None,), key=key)
 
     def show_ranks(self, step: str, ranks: Sequence[RankRow]) -> None:
         """The last phase that ran on several ranks: one line per rank (R22)."""

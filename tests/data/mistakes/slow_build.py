@@ -1,5 +1,6 @@
 """A model whose construction takes a while (here a sleep; for real, weights read from a slow
-disk or a large random initialisation)."""
+disk or a large random initialisation), or a task that takes a while to open (`open_s`: for
+real, 100 000 rows tokenised or a script's `dataset.map`)."""
 
 import time
 
@@ -9,7 +10,8 @@ from torch import nn
 from pilot_tui.tasks.contract import CLASSIFICATION, Task
 
 
-def make_task(sleep_s=0.0):
+def make_task(sleep_s=0.0, open_s=0.0):
+    time.sleep(open_s)
     data = [
         {
             "id": f"e{k}",

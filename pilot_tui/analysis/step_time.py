@@ -1,0 +1,160 @@
+"""How precisely a steady phase knows its mean step time, and the range a plan may quote from it.
+
+Two pure functions, shared by the runner (when to stop timing) and the plan (what to print):
+
+- `mean_interval(times)`: the mean per-update time and the half-width of its 95 % confidence
+  interval. Step times on a shared machine come in bursts (another process holds a core for a
+  second, then leaves), so consecutive updates are not independent and a plain `t · s/√n` is too
+  narrow. Past `BLOCKS` updates the interval is computed from the means of `BLOCKS` contiguous
+  blocks (the batch-means method): a burst moves one block mean, and the spread of block means
+  carries it into the interval.
+- `step_range(details)`: the per-update range a plan multiplies by its updates, from a steady
+  row's details: the confidence interval, widened by the contention the timed loop measured
+  (`runqueue_share`, the share of the loop the timing thread was ready to run but waited for a
+  CPU). On a CPU the low end is the interval on an idle machine, the high end on one twice as
+  busy as the pilot's; the caveat says so in words.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Contiguous blocks for the batch-means interval; 20 keeps 19 degrees of freedom.
+BLOCKS = 20
+# The precision a steady phase times to by default: ±3 % of the mean at 95 % confidence.
+DEFAULT_PRECISION = 0.03
+
+# Student's t, two-sided 95 % (the 0.975 quantile), for 1..30 degrees of freedom.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom (inf for df < 1)."""
+    if df < 1:
+        return math.inf
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964  # the normal quantile, with the first terms of its expansion in 1/df
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass(frozen=True)
+class MeanInterval:
+    """A mean step time and the half-width of its 95 % confidence interval, in seconds."""
+
+    n: int
+    mean_s: float
+    ci95_s: float
+    # "per update" (each update its own sample) or "20 blocks" (batch means).
+    method: str
+
+    @property
+    def precision(self) -> float:
+        """The half-width relative to the mean (0.03 is ±3 %); inf before two samples."""
+        return self.ci95_s / self.mean_s if self.mean_s > 0 and math.isfinite(self.ci95_s) else math.inf
+
+    def within(self, target: float) -> bool:
+        return self.precision <= target
+
+
+def _blocks(times: Sequence[float], count: int) -> list[float]:
+    """Means of `count` contiguous blocks whose sizes differ by at most one."""
+    n = len(times)
+    size, extra = divmod(n, count)
+    out, start = [], 0
+    for b in range(count):
+        end = start + size + (1 if b < extra else 0)
+        out.append(math.fsum(times[start:end]) / (end - start))
+        start = end
+    return out
+
+
+def mean_interval(times: Sequence[float], blocks: int = BLOCKS) -> MeanInterval:
+    """The mean of `times` and its 95 % interval: per update up to `blocks` samples, then from
+    the means of `blocks` contiguous blocks (see the module docstring)."""
+    n = len(times)
+    if n == 0:
+        return MeanInterval(0, 0.0, math.inf, "per update")
+    mean = math.fsum(times) / n
+    samples, method = (
+        (list(times), "per update") if n <= blocks else (_blocks(times, blocks), f"{blocks} blocks")
+    )
+    k = len(samples)
+    if k < 2:
+        return MeanInterval(n, mean, math.inf, method)
+    centre = math.fsum(samples) / k
+    var = math.fsum((x - centre) ** 2 for x in samples) / (k - 1)
+    return MeanInterval(n, mean, t975(k - 1) * math.sqrt(var / k), method)
+
+
+def updates_needed(interval: MeanInterval, target: float) -> int:
+    """About how many updates reach `target` precision at the spread seen so far (the half-width
+    shrinks as 1/√n): what a progress bar can show as its total."""
+    if interval.within(target):
+        return interval.n
+    if not math.isfinite(interval.precision):
+        return interval.n * 2
+    return math.ceil(interval.n * (interval.precision / target) ** 2)
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """The per-update time a plan can quote: low ≤ mean ≤ high, seconds, and why it is that wide."""
+
+    low_s: float
+    mean_s: float
+    high_s: float
+    ci95_s: float
+    timed_updates: int
+    precision: float
+    runqueue_share: float
+    caveat: str
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def step_range(details: Mapping[str, Any]) -> StepRange | None:
+    """The per-update range from a steady row's details; None for a row that recorded no interval
+    (records made before steady timed to a precision).
+
+    [mean − ci, mean + ci], then on a CPU × (1 − share) at the low end and × (1 + share) at the
+    high end, where share is the measured `runqueue_share` of the timed loop: on an idle machine
+    the loop would not have waited, on one twice as busy it would have waited about twice as long.
+    """
+    mean, ci = _num(details.get("step_s_mean")), _num(details.get("step_s_ci95"))
+    if mean is None or ci is None or mean <= 0 or ci < 0:  # ci −1: a single update has no interval
+        return None
+    n = int(_num(details.get("timed_updates")) or 0)
+    share = min(max(_num(details.get("runqueue_share")) or 0.0, 0.0), 0.9)
+    on_cpu = str(details.get("timing_clock", "host")) == "host"
+    widen = share if on_cpu else 0.0
+    low, high = max(mean - ci, 0.0) * (1 - widen), (mean + ci) * (1 + widen)
+    precision = ci / mean
+    target = _num(details.get("step_s_precision_target"))
+    parts = [f"±{precision:.1%} at 95 % confidence over {n} timed updates"]
+    if target and precision > target:
+        parts.append(f"short of the ±{target:.0%} target: timing stopped at its time budget")
+    if widen >= 0.01:
+        parts.append(
+            f"the timed loop waited for a CPU {share:.0%} of its time (other load): the range spans "
+            "an idle machine to one twice as busy"
+        )
+    return StepRange(
+        low_s=low,
+        mean_s=mean,
+        high_s=high,
+        ci95_s=ci,
+        timed_updates=n,
+        precision=precision,
+        runqueue_share=share,
+        caveat="; ".join(parts),
+    )

@@ -1,0 +1,108 @@
+"""The steady phase's confidence interval and the plan's range, on step times drawn the way a
+shared machine produces them: independent noise, and bursts where another process holds a core."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pilot_tui.analysis.step_time import BLOCKS, mean_interval, step_range, t975, updates_needed
+
+
+def iid(rng: random.Random, n: int, mean: float = 0.01, sd: float = 0.002) -> list[float]:
+    return [max(1e-6, rng.gauss(mean, sd)) for _ in range(n)]
+
+
+def bursty(rng: random.Random, n: int, mean: float = 0.01) -> list[float]:
+    """Runs of ~40 updates slowed 1.5× by another process, then quiet again: autocorrelated."""
+    out, slow = [], False
+    while len(out) < n:
+        slow = rng.random() < 0.3
+        factor = 1.5 if slow else 1.0
+        out.extend(max(1e-6, rng.gauss(mean * factor, mean * 0.05)) for _ in range(40))
+    return out[:n]
+
+
+def true_mean_bursty(mean: float = 0.01) -> float:
+    return mean * (0.7 + 0.3 * 1.5)
+
+
+def coverage(draw, truth: float, n: int, trials: int = 300, naive: bool = False) -> float:
+    rng = random.Random(7)
+    hits = 0
+    for _ in range(trials):
+        times = draw(rng, n)
+        iv = mean_interval(times, blocks=n if naive else BLOCKS)
+        hits += abs(iv.mean_s - truth) <= iv.ci95_s
+    return hits / trials
+
+
+def test_the_t_quantile_matches_the_table_and_the_normal_limit():
+    assert t975(1) == pytest.approx(12.706) and t975(19) == pytest.approx(2.093)
+    assert t975(60) == pytest.approx(2.000, abs=2e-3) and t975(1000) == pytest.approx(1.962, abs=2e-3)
+    assert t975(0) == math.inf
+
+
+def test_independent_times_are_covered_about_95_percent_of_the_time():
+    for n in (12, 200):  # per update, then batch means
+        assert 0.9 <= coverage(iid, 0.01, n) <= 0.99, n
+
+
+def test_bursts_are_covered_by_block_means_where_a_per_update_interval_is_far_too_narrow():
+    blocks = coverage(bursty, true_mean_bursty(), 800)
+    naive = coverage(bursty, true_mean_bursty(), 800, naive=True)
+    assert blocks >= 0.85, blocks
+    assert naive < 0.6, naive  # the failure the block means exist for
+    assert mean_interval(bursty(random.Random(1), 800)).method == f"{BLOCKS} blocks"
+
+
+def test_precision_and_the_updates_it_still_needs():
+    assert math.isinf(mean_interval([]).precision) and math.isinf(mean_interval([0.1]).precision)
+    iv = mean_interval(iid(random.Random(3), 40, sd=0.004))
+    assert iv.n == 40 and iv.precision == pytest.approx(iv.ci95_s / iv.mean_s)
+    need = updates_needed(iv, iv.precision / 2)
+    assert need == pytest.approx(4 * 40, rel=0.01)  # half the width: four times the updates
+    assert updates_needed(iv, 1.0) == 40
+
+
+def details(**changes):
+    base = {
+        "step_s_mean": 0.1,
+        "step_s_ci95": 0.002,
+        "timed_updates": 120,
+        "step_s_precision_target": 0.03,
+        "timing_clock": "host",
+        "runqueue_share": 0.0,
+    }
+    return base | changes
+
+
+def test_a_quiet_cpu_range_is_the_interval():
+    r = step_range(details())
+    assert r is not None
+    assert (r.low_s, r.mean_s, r.high_s) == pytest.approx((0.098, 0.1, 0.102))
+    assert "±2.0% at 95 % confidence over 120 timed updates" in r.caveat
+    assert "waited for a CPU" not in r.caveat
+
+
+def test_contention_widens_the_range_from_an_idle_machine_to_one_twice_as_busy():
+    r = step_range(details(runqueue_share=0.25))
+    assert r is not None
+    assert r.low_s == pytest.approx(0.098 * 0.75) and r.high_s == pytest.approx(0.102 * 1.25)
+    assert "waited for a CPU 25% of its time" in r.caveat
+    # On a GPU the device's own clock timed it: host contention does not widen it.
+    gpu = step_range(details(runqueue_share=0.25, timing_clock="cuda events"))
+    assert gpu is not None and gpu.high_s == pytest.approx(0.102)
+
+
+def test_a_budget_that_ended_short_of_the_target_says_so():
+    r = step_range(details(step_s_ci95=0.006))
+    assert r is not None and "short of the ±3% target" in r.caveat
+
+
+def test_records_made_before_have_no_range():
+    assert step_range({"step_time_s": 0.1, "step_time_p10_s": 0.09, "step_time_p90_s": 0.12}) is None
+    assert step_range(details(step_s_ci95=-1.0)) is None  # one timed update: no interval
+    assert step_range(details(step_s_mean="0.1")) is None  # a hostile record: not a number

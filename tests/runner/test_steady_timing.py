@@ -1,0 +1,143 @@
+"""`steady` times updates until the mean step time is known to its declared precision, or its
+time budget ends, and says which; the data order advances exactly by the updates it took.
+
+In this process, through the runner's own `execute`, on the fast demo (real torch on CPU).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+import torch
+from conftest import FAST, deep_merge, demo_raw
+
+from pilot_tui.core.events import PhaseProgress
+from pilot_tui.core.spec import load_spec
+from pilot_tui.core.steps import Step
+from pilot_tui.runner.context import RunContext
+from pilot_tui.runner.data import UpdateSampler
+from pilot_tui.runner.phases.base import execute
+from pilot_tui.tasks.loader import load_task
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread, as the runner leaves a core to the view (see test_mistakes.py)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    gc.freeze()
+    yield
+    gc.unfreeze()
+    torch.set_num_threads(before)
+
+
+def context(tmp_path: Path, changes: dict[str, Any] | None = None) -> tuple[RunContext, list]:
+    raw = deep_merge(deep_merge(demo_raw(), FAST), {"batch": {"device": "cpu"}} | (changes or {}))
+    for section in ("variants", "lr_board"):
+        raw.pop(section, None)
+    path = tmp_path / "campaign.toml"
+    path.write_text(tomli_w.dumps(raw))
+    loaded = load_spec(path)
+    events: list = []
+    ctx = RunContext(loaded, load_task(loaded), torch.device("cpu"), events.append, tmp_path / "work")
+    execute(ctx, Step.of("first_step"), {})
+    return ctx, events
+
+
+def steady(ctx: RunContext, **overrides: Any) -> dict[str, Any]:
+    row = execute(ctx, Step.of("steady"), overrides)
+    assert row["verdict"] != "fail", row["reason"]
+    return row
+
+
+def test_precision_zero_times_exactly_the_declared_count(tmp_path):
+    ctx, _ = context(tmp_path)
+    d = steady(ctx, steady_updates=7, steady_precision=0.0)["details"]
+    assert d["timed_updates"] == d["updates"] == len(d["losses"]) == 7
+    assert d["timing_stopped"] == "count"
+
+
+def test_a_loose_target_stops_at_the_minimum_and_a_reachable_one_is_met(tmp_path):
+    ctx, _ = context(tmp_path)
+    loose = steady(ctx, steady_updates=6, steady_precision=0.99, steady_budget_s=30)["details"]
+    assert loose["timing_stopped"] == "precision" and loose["timed_updates"] == 6
+    assert 0 < loose["step_s_precision"] <= 0.99
+    # ±40 %: reached in a few dozen updates even on a busy machine, well before 30 s.
+    met = steady(ctx, steady_updates=4, steady_precision=0.4, steady_budget_s=30)["details"]
+    assert met["timing_stopped"] == "precision", met
+    assert met["step_s_precision"] <= 0.4 and met["step_s_ci95"] == pytest.approx(
+        met["step_s_precision"] * met["step_s_mean"], rel=1e-3
+    )
+
+
+def test_an_unreachable_target_ends_at_the_budget_and_says_the_precision_reached(tmp_path):
+    ctx, _ = context(tmp_path)
+    t0 = time.perf_counter()
+    row = steady(ctx, steady_updates=4, steady_precision=1e-9, steady_budget_s=0.4)
+    elapsed = time.perf_counter() - t0
+    d = row["details"]
+    assert d["timing_stopped"] == "budget" and d["timed_updates"] > 4
+    assert elapsed < 0.4 + 5  # stopped near its budget, not at the phase's 60 s ceiling
+    assert any(f"±{d['step_s_precision']:.1%}" in n and "0.4 s budget" in n for n in d["notes"]), d["notes"]
+    assert 0 <= d["runqueue_share"] <= 1  # the load it ran under, measured
+
+
+def test_the_budget_is_never_more_than_half_the_phase_ceiling(tmp_path):
+    ctx, _ = context(tmp_path, {"limits": {"steady": {"time_s": 1.0}}})
+    row = steady(ctx, steady_updates=4, steady_precision=1e-9, steady_budget_s=100)
+    assert row["details"]["timing_budget_s"] == 0.5 and row["details"]["timing_stopped"] == "budget"
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_data_order_advances_by_the_updates_taken_only(tmp_path, workers):
+    """A DataLoader with a worker prefetches ahead: the campaign's sampler must not."""
+    ctx, _ = context(tmp_path, {"batch": {"num_workers": workers}})
+    state = ctx.states["control"]
+    before = state.sampler.state_dict()
+    d = steady(ctx, steady_updates=5, steady_precision=0.5)["details"]
+    fresh = UpdateSampler(
+        state.sampler.indices, state.sampler.microbatch, state.sampler.accumulation, seed=state.sampler.seed
+    )
+    fresh.load_state_dict(before)
+    for _ in range(d["warmup_updates"] + d["timed_updates"]):
+        fresh.next_update()
+    assert state.sampler.state_dict() == fresh.state_dict()
+    assert state.sampler.next_update() == fresh.next_update()
+
+
+def test_progress_goes_out_on_a_clock_and_ends_at_the_count_timed(tmp_path):
+    ctx, events = context(tmp_path)
+    events.clear()
+    t0 = time.perf_counter()
+    d = steady(ctx, steady_updates=200, steady_precision=0.0)["details"]
+    elapsed = time.perf_counter() - t0
+    progress = [e for e in events if isinstance(e, PhaseProgress)]
+    assert progress and progress[-1].done == progress[-1].total == d["timed_updates"] == 200
+    assert len(progress) <= elapsed / 0.25 + 2, (len(progress), elapsed)  # not one per update
+    assert all(isinstance(e.loss, float) for e in progress)
+
+
+def test_on_several_ranks_the_interval_is_the_slowest_ranks():
+    """The ranks step together: the plan uses the slowest one's mean, so its interval with it."""
+    from pilot_tui.runner.distributed.launcher import merge_rows
+
+    def rank_row(mean: float, ci: float) -> dict[str, Any]:
+        details = {"step_time_s": mean, "step_s_mean": mean, "step_s_ci95": ci, "step_s_precision": ci / mean}
+        return {
+            "verdict": "pass",
+            "reason": "",
+            "duration_s": 1.0,
+            "params": {},
+            "memory": {},
+            "details": details,
+        }
+
+    results = {0: {"row": rank_row(0.02, 0.0002)}, 1: {"row": rank_row(0.05, 0.001)}}
+    d = merge_rows(Step.of("steady"), results, {"world_size": 2}, "now")["details"]
+    assert (d["step_time_s"], d["step_s_mean"], d["step_s_ci95"]) == (0.05, 0.05, 0.001)
+    assert d["step_s_precision"] == pytest.approx(0.02)
