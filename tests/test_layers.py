@@ -143,3 +143,41 @@ def test_no_test_imports_a_private_name():
             names = [n.split(" as ")[0].strip() for n in "".join(group).split(",")]
             found += [f"{path.name}: {n}" for n in names if n.startswith("_") and not n.startswith("__")]
     assert found == []
+
+
+def deferred_imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, text, says why) of every import inside a function of `path`.
+
+    It says why when a comment is on the import's line, or on the line just above the block of
+    imports it belongs to (one comment may cover a block)."""
+    import ast
+
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    found: dict[int, tuple[int, str, bool]] = {}
+    for fn in ast.walk(ast.parse(text)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in found:
+                continue
+            own = lines[node.lineno - 1 : node.end_lineno]
+            i = node.lineno - 2
+            while i >= 0 and (not lines[i].strip() or lines[i].lstrip().startswith(("import ", "from "))):
+                i -= 1
+            why = any("#" in line for line in own) or (i >= 0 and "#" in lines[i])
+            found[node.lineno] = (node.lineno, lines[node.lineno - 1].strip(), why)
+    return sorted(found.values())
+
+
+def test_every_deferred_import_says_why():
+    """An import inside a function hides a dependency from the reader and from the layer checks:
+    each one says in a comment why it cannot sit at the top (torch after the spawn environment,
+    an optional extra, seconds of import time for one path, …)."""
+    silent = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, text, why in deferred_imports(path)
+        if not why
+    ]
+    assert not silent, "deferred imports that do not say why:\n" + "\n".join(silent)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..core.phase_table import lr_run_name
+from ..core.rows import RunRow, read_runs
 
 # Every status a [[runs]] row can hold.
 RUN_STATUSES = ("running", "completed", "stopped", "diverged", "failed", "cancelled")
@@ -69,15 +70,15 @@ def split_run_id(run_id: str) -> tuple[str, int]:
     return base, int(number)
 
 
-def _attempts(runs: Iterable[Mapping[str, Any]], base: str) -> list[tuple[int, str]]:
+def _attempts(runs: Iterable[Mapping[str, Any] | RunRow], base: str) -> list[tuple[int, str]]:
     out = []
-    for row in runs:
+    for row in read_runs(list(runs)):
         try:
-            b, n = split_run_id(str(row.get("id", "")))
+            b, n = split_run_id(row.id)
         except ValueError:
             continue
         if b == base:
-            out.append((n, str(row["id"])))
+            out.append((n, row.id))
     return out
 
 
@@ -102,7 +103,7 @@ def unique_run(runs: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> dic
     """
     out = dict(row)
     run_id = str(out.get("id", ""))
-    if not any(str(r.get("id")) == run_id for r in runs):
+    if not any(r.id == run_id for r in read_runs(list(runs))):
         return out
     try:
         base, _ = split_run_id(run_id)
@@ -147,21 +148,17 @@ def lost_run(run_id: str, retry_of: str, reason: str, *, cancelled: bool, spec_s
 # ------------------------------------------------------------------ comparison
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def select_runs(runs: Iterable[Mapping[str, Any]]) -> dict[tuple[float, int], Mapping[str, Any]]:
+def select_runs(runs: Iterable[Mapping[str, Any] | RunRow]) -> dict[tuple[float, int], RunRow]:
     """The run that counts for each (lr, seed): the latest measured attempt, never the best one."""
-    chosen: dict[tuple[float, int], tuple[int, Mapping[str, Any]]] = {}
-    for row in runs:
-        if row.get("status") not in MEASURED or "lr" not in row or "seed" not in row:
+    chosen: dict[tuple[float, int], tuple[int, RunRow]] = {}
+    for row in read_runs(list(runs)):
+        if row.status not in MEASURED or row.lr is None or row.seed is None:
             continue
         try:
-            _, attempt = split_run_id(str(row.get("id", "")))
+            _, attempt = split_run_id(row.id)
         except ValueError:
             attempt = 0
-        key = (float(row["lr"]), int(row["seed"]))
+        key = (row.lr, row.seed)
         if key not in chosen or attempt >= chosen[key][0]:
             chosen[key] = (attempt, row)
     return {k: v[1] for k, v in chosen.items()}
@@ -224,7 +221,7 @@ def _ranking_holds(ranking: Sequence[float], finals: Mapping[float, Mapping[int,
 
 
 def compare(
-    runs: Iterable[Mapping[str, Any]],
+    runs: Iterable[Mapping[str, Any] | RunRow],
     control: float,
     lrs: Sequence[float] = (),
     metric: str = "final_validation",
@@ -242,16 +239,16 @@ def compare(
     diverged: set[float] = set()
     for lr in all_lrs:
         mine = {seed: row for (x, seed), row in selected.items() if x == lr}
-        bad = sorted(seed for seed, row in mine.items() if row.get("status") == "diverged")
+        bad = sorted(seed for seed, row in mine.items() if row.status == "diverged")
         finals[lr] = {
-            seed: float(row[metric])
+            seed: value
             for seed, row in mine.items()
-            if seed not in bad and _finite(row.get(metric))
+            if seed not in bad and (value := row.metric(metric)) is not None
         }
         best = [
-            float(row["best_validation"])
+            row.best_validation
             for seed, row in mine.items()
-            if seed not in bad and _finite(row.get("best_validation"))
+            if seed not in bad and row.best_validation is not None
         ]
         if bad:
             diverged.add(lr)
@@ -260,7 +257,7 @@ def compare(
                 "lr": lr,
                 "control": lr == control,
                 "seeds": sorted(mine),
-                "runs": [str(mine[s].get("id", "")) for s in sorted(mine)],
+                "runs": [mine[s].id for s in sorted(mine)],
                 "diverged": len(bad),
                 "diverged_seeds": bad,
             }
@@ -285,7 +282,7 @@ def compare(
         "lower_is_better": True,
         "control": control,
         "seeds": sorted({seed for _, seed in selected}),
-        "runs_used": [str(selected[k].get("id", "")) for k in sorted(selected)],
+        "runs_used": [selected[k].id for k in sorted(selected)],
         "ranking": ranked,
         "ranking_holds": _ranking_holds(ranked, finals),
         "diverged": sorted(diverged),

@@ -8,7 +8,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
+from ..core.verdict import FAIL, PASS, WARN, Verdict
+
 # How many offending ids or groups a check keeps.
 SHOW_IDS = 10
 
@@ -18,7 +19,7 @@ class Check:
     """One dataset-wide check: its verdict, a sentence a user understands, the offenders."""
 
     name: str
-    verdict: str
+    verdict: Verdict
     message: str
     count: int = 0
     ids: list[str] = field(default_factory=list)
@@ -37,12 +38,12 @@ class Check:
 class CheckResult:
     """Checks folded into a verdict, its reason and the row's details."""
 
-    verdict: str
+    verdict: Verdict
     reason: str
     details: dict[str, Any]
 
 
-def verdict_of(checks: Sequence[Check]) -> tuple[str, str]:
+def verdict_of(checks: Sequence[Check]) -> tuple[Verdict, str]:
     """Fail if any check fails, else warn if any warns; the reason lists failures first."""
     fails = [c.message for c in checks if c.verdict == FAIL]
     warns = [c.message for c in checks if c.verdict == WARN]

@@ -14,7 +14,8 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .checks import FAIL, PASS, SHOW_IDS, WARN, Check, CheckResult, listing, paused_gc, verdict_of
+from ..core.verdict import FAIL, PASS, WARN
+from .checks import SHOW_IDS, Check, CheckResult, listing, paused_gc, verdict_of
 from .splits import SPLITS, period_key
 
 Example = Mapping[str, Any]

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .checks import PASS, WARN, Check
+from ..core.verdict import PASS, WARN
+from .checks import Check
 
 
 def eos_ids(value: Any) -> set[int]:

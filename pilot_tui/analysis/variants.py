@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..core import dimensions, phase_table
-from ..core.rows import PhaseRow, worst_verdict
+from ..core.rows import PhaseRow
+from ..core.verdict import worst
 
 # Fit-search point statuses.
 FITS, OOM, OVER_CEILING, ERROR = "fits", "oom", "over_ceiling", "error"
@@ -167,7 +168,7 @@ def compare_entry(
             entry[key] = params[key]
     entry["notes"] = list(params.get("notes") or [])
     measured = phase_table.per_variant()
-    entry["verdict"] = worst_verdict(r.verdict for r in rows.values())
+    entry["verdict"] = worst(r.verdict for r in rows.values()).value
     missing = [p for p in measured if p not in rows]
     reasons = [f"{p}: {rows[p].reason}" for p in measured if p in rows and rows[p].verdict != "pass"]
     reasons += [f"{p}: not run" for p in missing]

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import __version__
+from ..core.atomic import TEMP_SUFFIX, temp_prefix
 from ..core.hashing import directory_files, directory_sha256, sha256_file
 from ..core.record import Record, RecordError, dumps
 from ..core.revision import code_revision
@@ -310,7 +311,7 @@ def write_archive(
         raise ArchiveError(f"{target}: already exists; choose another --out")
     if not target.parent.is_dir():
         raise ArchiveError(f"{target.parent}: no such folder for --out")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{_stem(target)}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent))
     try:
         folder = tmp / _stem(target)
         _fill(folder, record, with_artifacts)

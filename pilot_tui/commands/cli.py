@@ -6,14 +6,21 @@ Exit codes: 0 every gate passed, 1 a gate failed, 2 bad input (nothing written).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
 from .. import DEMO_CAMPAIGN, __version__
-from ..core.record import RecordError
+from ..core.notes import add_note, set_conclusion
+from ..core.record import Record, RecordError
 from ..core.spec import SpecError
 from ..core.text import one_line
-from ..session.driver import BadInputError, Session
+from ..session.driver import BadInputError, Session, continue_session
+from .archive import task_file_state, write_archive
+from .estimate import add_parser as add_estimate
+from .estimate import run_estimate
+from .headless import run_headless
+from .plan import print_plan
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
@@ -116,8 +123,6 @@ def _parser() -> argparse.ArgumentParser:
     con.add_argument("text")
     con.add_argument("--decision", default="", help="the configuration kept, e.g. 'control'")
     _init_parser(sub)
-    from .estimate import add_parser as add_estimate
-
     add_estimate(sub)
     return p
 
@@ -159,10 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         args_in = ["open", *args_in]
     args = _parser().parse_args(args_in)
     if args.command == "init" and args.trainer:
+        # Like init below: it reaches the Hugging Face tasks, which no other command loads.
         from .init_trainer import main as init_trainer_main
 
         return init_trainer_main(args)
     if args.command == "init":
+        # Only init reaches the Hugging Face tasks (and through them transformers and torch):
+        # every other command starts without them.
         from .init import main as init_main
 
         return init_main(args)
@@ -170,23 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         return _agent(args_in[1:])
     try:
         if args.command == "run" and args.headless:
-            from .headless import run_headless
-
             return run_headless(Session(args.campaign, args.records), keep_going=args.keep_going)
         if args.command == "estimate":
-            from .estimate import run_estimate
-
             return run_estimate(args)
         if args.command == "continue":
-            from ..session.driver import continue_session
-            from .headless import run_headless
-
             return run_headless(continue_session(args.record), keep_going=args.keep_going)
         if args.command == "open" and args.continue_record:
             return _open_tui(args.target, None, autorun=True, continue_record=True)
         if args.command in ("archive", OLD_ARCHIVE_NAME):
-            from .archive import write_archive
-
             if args.command == OLD_ARCHIVE_NAME:
                 print(
                     "pilot-tui: 'export' is the old name of 'archive' (the export is a phase)",
@@ -196,15 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             _warn_task_file(args.record)
             return EXIT_OK
         if args.command == "plan":
-            from .plan import print_plan
-
             schedule = {
                 key: getattr(args, key) for _, key, _ in SCHEDULE_FLAGS if getattr(args, key) is not None
             }
             return print_plan(args.record, schedule=schedule)
         if args.command in ("note", "conclude"):
-            from ..core.notes import add_note, set_conclusion
-
             if args.command == "note":
                 add_note(args.record, args.on, args.text)
             else:
@@ -222,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _agent(argv: list[str]) -> int:
     """The agent owns torch: it runs as the runner's module, in this process's place."""
-    import subprocess
-
     cmd = [sys.executable, "-m", "pilot_tui.runner.distributed.agent", *argv]
     try:
         return subprocess.call(cmd)
@@ -233,20 +226,16 @@ def _agent(argv: list[str]) -> int:
 
 def _warn_task_file(record_path: Path) -> None:
     """Say it when the archive could not include the task file (edited since the run)."""
-    from ..core.record import Record
-    from .archive import task_file_state
-
     src, _, state = task_file_state(Record.read(record_path))
     if state and src is None:
         print(f"pilot-tui: warning: {one_line(state)}", file=sys.stderr)
 
 
 def _open_tui(target: Path, records: Path | None, autorun: bool, continue_record: bool = False) -> int:
+    # Textual loads for the dashboard only: headless runs and the other commands start without it.
     from ..tui.app import PilotApp
 
     if continue_record:
-        from ..session.driver import continue_session
-
         app = PilotApp(source=continue_session(target), autorun=autorun)
     else:
         app = PilotApp(target, records_dir=records, autorun=autorun)

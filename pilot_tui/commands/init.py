@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import tomli_w
 
+from ..core.atomic import write_text_atomic
 from ..tasks import hf_chat, hf_model
 from ..tasks.hf_data import (
     TRAIN_ON,
@@ -382,7 +384,7 @@ def render(
 
 def _bf16_native() -> bool:
     try:
-        import torch
+        import torch  # the only use of torch in the commands: whether this machine has bf16
 
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     except Exception:
@@ -422,10 +424,7 @@ def init_campaign(
         bf16=_bf16_native(),
     )
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
+        write_text_atomic(out, text)
     except OSError as exc:
         raise InitError(f"{out}: cannot write the campaign: {exc.strerror or exc}") from None
     return out, found
@@ -433,8 +432,6 @@ def init_campaign(
 
 def main(args: Any) -> int:
     """The `init` subcommand; returns the exit code."""
-    import sys
-
     if not (args.model and args.data) or args.script_args or args.env:
         print(
             "pilot-tui: error: init needs --model DIR and --data FILE.jsonl, or --trainer SCRIPT -- ARGS",

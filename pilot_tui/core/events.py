@@ -12,24 +12,26 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 
-def _clean(value: Any) -> Any:
-    # JSON has no NaN/inf; keep them readable as strings and restore them on the way in.
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN/inf as `{"__float__": "nan"}`: JSON has none; `json_restored` undoes it.
+    Also what the ranks of a torchrun group send each other through the store."""
     if isinstance(value, float) and not math.isfinite(value):
         return {"__float__": repr(value)}
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
-def _restore(value: Any) -> Any:
+def json_restored(value: Any) -> Any:
+    """The NaN/inf that `json_safe` spelled out, as floats again."""
     if isinstance(value, dict):
         if set(value) == {"__float__"}:
             return float(value["__float__"])
-        return {k: _restore(v) for k, v in value.items()}
+        return {k: json_restored(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_restore(v) for v in value]
+        return [json_restored(v) for v in value]
     return value
 
 
@@ -40,7 +42,7 @@ class WireMessage:
     kind: ClassVar[str] = ""
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, **_clean(asdict(self))}, allow_nan=False)
+        return json.dumps({"kind": self.kind, **json_safe(asdict(self))}, allow_nan=False)
 
 
 # ------------------------------------------------------------------ events (runner -> views)
@@ -204,7 +206,7 @@ _TYPES: dict[str, type[WireMessage]] = {
 
 def decode(line: str) -> WireMessage:
     """Parse one wire line back into its message class."""
-    data = _restore(json.loads(line))
+    data = json_restored(json.loads(line))
     cls = _TYPES[data.pop("kind")]
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in names})

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core.record import Record, RecordError, dumps, write_atomic
+from .atomic import write_text_atomic
+from .record import Record, RecordError, dumps
 
 
 def _now() -> str:
@@ -83,7 +84,7 @@ def _open(record: str | Path | Record) -> Record:
 def _write(record: Record) -> None:
     # Record.read opens read-only on purpose; the user's notes are the one exception, written
     # straight through the atomic writer.
-    write_atomic(record.path, dumps(record.data))
+    write_text_atomic(record.path, dumps(record.data))
 
 
 def add_note(record_path: str | Path | Record, target: str, text: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The campaign record: the only state that lasts.
 
-A TOML file rewritten *atomically* after every phase (temp file in the same folder, fsync,
-os.replace, fsync the folder), so a crash, an out-of-memory or a SIGKILL at any moment leaves
+A TOML file rewritten *atomically* after every phase (`atomic.write_atomic`: temp file in the
+same folder, fsync, os.replace, fsync the folder), so a crash, an out-of-memory or a SIGKILL at any moment leaves
 either the previous complete record or the new one, never a torn file.
 """
 
@@ -11,12 +11,13 @@ import datetime as dt
 import os
 import secrets
 import stat
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+
+from .atomic import write_text_atomic
 
 SCHEMA_VERSION = 1
 # Sections that hold lists of tables, appended to and never overwritten.
@@ -34,37 +35,6 @@ def _toml_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_toml_safe(v) for v in value if v is not None]
     return value
-
-
-def write_atomic(path: Path, text: str, exclusive: bool = False) -> None:
-    """Replace `path` with `text` so that readers see the old file or the new one, nothing else.
-
-    `exclusive`: the file must not exist yet (a new record): FileExistsError rather than
-    overwrite another session's record.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # The pid in the name lets the next start sweep temp files of a writer that was killed.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600; a record is meant to be shared
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if exclusive:
-            os.link(tmp, path)  # atomic, and fails if the name is taken
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    # The rename itself must reach the disk, or a power cut can bring the old name back.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 # Far above any real record (thousands of rows); a bound so /dev/zero-like input cannot fill memory.
@@ -182,6 +152,6 @@ class Record:
     def save(self) -> Path:
         if self.read_only:
             raise RecordError(f"{self.path}: opened read-only")
-        write_atomic(self.path, dumps(self.data), exclusive=self.new)
+        write_text_atomic(self.path, dumps(self.data), exclusive=self.new)
         self.new = False
         return self.path

@@ -9,14 +9,13 @@ decided in one place: which counter is "the peak", how a step key splits, how a 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .verdict import CANCELLED, PASS, Verdict
+
 CONTROL = "control"
-PASS, WARN, FAIL = "pass", "warn", "fail"
-OK_VERDICTS = (PASS, WARN)
-VERDICT_ORDER = {PASS: 0, WARN: 1, FAIL: 2}
 
 
 def number(value: Any) -> float | None:
@@ -157,13 +156,19 @@ class PhaseRow:
 
     name: str
     step: StepKey
-    verdict: str
+    verdict: Verdict
     reason: str = ""
     started: str = ""
     duration_s: float | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     memory: Memory = field(default_factory=Memory)
     details: Mapping[str, Any] = field(default_factory=dict)
+    # One entry per rank of a phase run under torchrun (R22); empty on one process.
+    ranks: tuple[RankRow, ...] = ()
+    # Stopped before it ended (a cancel, SIGTERM, a hang-up): interrupted, not judged.
+    cancelled: bool = False
+    # The step key exactly as recorded (a re-run under its own key keeps its `#n`).
+    recorded_key: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -182,18 +187,24 @@ class PhaseRow:
         variant = data.get("variant")
         if isinstance(variant, str) and variant and variant != step.variant:
             step = StepKey(step.phase, variant)
-        verdict = data.get("verdict")
-        params, details = data.get("params"), data.get("details")
+        params, details, ranks = data.get("params"), data.get("details"), data.get("ranks")
+        reason = str(data.get("reason") or "")
         return cls(
             name=name if isinstance(name, str) and name else step.phase,
             step=step,
-            verdict=verdict if verdict in VERDICT_ORDER else FAIL,
-            reason=str(data.get("reason") or ""),
+            verdict=Verdict.read(data.get("verdict")),
+            reason=reason,
             started=str(data.get("started") or ""),
             duration_s=number(data.get("duration_s")),
             params=dict(params) if isinstance(params, Mapping) else {},
             memory=Memory.from_toml(data.get("memory")),
             details=dict(details) if isinstance(details, Mapping) else {},
+            ranks=tuple(RankRow.from_toml(r) for r in ranks if isinstance(r, Mapping))
+            if isinstance(ranks, list)
+            else (),
+            # Rows written before the flag existed said it in the reason only.
+            cancelled=data.get(CANCELLED) is True or reason.startswith(CANCELLED),
+            recorded_key=key,
             raw=data,
         )
 
@@ -211,13 +222,91 @@ class PhaseRow:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in OK_VERDICTS
+        return self.verdict.ok
 
     def param(self, name: str, default: float = 0.0) -> float:
         return num(self.params.get(name), default)
 
     def detail(self, name: str, default: float = 0.0) -> float:
         return num(self.details.get(name), default)
+
+
+def phase_row(
+    *,
+    name: str,
+    step: str,
+    variant: str,
+    verdict: Verdict,
+    reason: str,
+    params: Mapping[str, Any],
+    memory: Mapping[str, Any],
+    details: Mapping[str, Any],
+    started: str = "",
+    duration_s: float = 0.0,
+    ranks: Sequence[Mapping[str, Any]] | None = None,
+    cancelled: bool = False,
+) -> dict[str, Any]:
+    """A `[[phases]]` row as the wire and the record hold it: the one place a row is built.
+
+    The runner's own rows, the merged row of a phase run on several ranks and the row the session
+    writes for a runner that died all come from here, so every row has the same keys in the same
+    order; `PhaseRow.from_toml` reads it back.
+    """
+    row: dict[str, Any] = {
+        "name": name,
+        "step": step,
+        "variant": variant,
+        "verdict": Verdict(verdict).value,
+        "reason": reason or ("all checks passed" if verdict == PASS else ""),
+    }
+    if started:
+        row["started"] = started
+    row |= {
+        "duration_s": round(duration_s, 4),
+        "params": dict(params),
+        "memory": dict(memory),
+        "details": dict(details),
+    }
+    if ranks is not None:
+        row["ranks"] = [dict(r) for r in ranks]
+    if cancelled:
+        row[CANCELLED] = True
+    return row
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank's figures in a phase row run on several ranks (what the Gates and Counters draw)."""
+
+    rank: int | None
+    verdict: Verdict
+    reason: str = ""
+    duration_s: float | None = None
+    memory: Memory = field(default_factory=Memory)
+    nvml_used_mb: float | None = None
+    step_time_s: float | None = None
+    data_wait_share: float | None = None
+    state_mb: float | None = None
+    # Several nodes: the node the rank ran on, and its host name (absent on one machine).
+    node: int | None = None
+    host: str = ""
+
+    @classmethod
+    def from_toml(cls, data: Mapping[str, Any]) -> RankRow:
+        rank, node = data.get("rank"), data.get("node")
+        return cls(
+            rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+            verdict=Verdict.read(data.get("verdict")),
+            reason=str(data.get("reason") or ""),
+            duration_s=number(data.get("duration_s")),
+            memory=Memory.from_toml(data),  # a rank entry holds its peaks at its top level
+            nvml_used_mb=number(data.get("nvml_used_mb")),
+            step_time_s=number(data.get("step_time_s")),
+            data_wait_share=number(data.get("data_wait_share")),
+            state_mb=number(data.get("state_mb")),
+            node=node if isinstance(node, int) and not isinstance(node, bool) else None,
+            host=str(data.get("host") or ""),
+        )
 
 
 def read_rows(phases: Any) -> list[PhaseRow]:
@@ -235,9 +324,80 @@ def newest_by_key(rows: Iterable[PhaseRow]) -> dict[str, PhaseRow]:
     return out
 
 
-def worst_verdict(verdicts: Iterable[str]) -> str:
-    """fail > warn > pass; an empty list is a fail (nothing was measured)."""
-    found = list(verdicts)
-    if not found:
-        return FAIL
-    return max(found, key=lambda v: VERDICT_ORDER.get(v, 2))
+# ------------------------------------------------------------------------------------ LR runs
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One `[[runs]]` row: an attempt of an LR run, never replaced (R14) — or the points a live
+    run has sent so far, before its row arrives (then only `id`, `status` and the curves)."""
+
+    id: str
+    status: str = ""
+    lr: float | None = None
+    seed: int | None = None
+    stop_cause: str = ""
+    stop_step: int | None = None
+    retry_of: str = ""
+    reason: str = ""
+    final_validation: float | None = None
+    best_validation: float | None = None
+    # Held by reference, never copied: a live run's curve grows in place, point by point.
+    losses: Sequence[Any] = ()
+    loss_updates: Sequence[Any] | None = None
+    validation: Sequence[Any] = ()
+    # Bumped by the view at every live point (the Board re-plots when it changes).
+    version: int = 0
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_toml(cls, data: Any) -> RunRow | None:
+        """A run from a record or a live update; None when it is not a table at all."""
+        if isinstance(data, RunRow):
+            return data
+        if not isinstance(data, Mapping):
+            return None
+        seed, stop_step, version = data.get("seed"), data.get("stop_step"), data.get("version")
+        losses, updates, validation = data.get("losses"), data.get("loss_updates"), data.get("validation")
+        return cls(
+            id=str(data.get("id", "")),
+            status=str(data.get("status") or ""),
+            lr=number(data.get("lr")),
+            seed=_whole(seed),
+            stop_cause=str(data.get("stop_cause") or ""),
+            stop_step=_whole(stop_step),
+            retry_of=str(data.get("retry_of") or ""),
+            reason=str(data.get("reason") or ""),
+            final_validation=number(data.get("final_validation")),
+            best_validation=number(data.get("best_validation")),
+            losses=losses if isinstance(losses, list) else (),
+            loss_updates=updates if isinstance(updates, list) else None,
+            validation=validation if isinstance(validation, list) else (),
+            version=_whole(version) or 0,
+            raw=data,
+        )
+
+    def validation_points(self) -> list[tuple[float, float]]:
+        """(update, loss) of each validation point with a finite loss (update 0 when unnamed)."""
+        out = []
+        for p in self.validation:
+            if isinstance(p, Mapping) and (loss := number(p.get("loss"))) is not None:
+                out.append((num(p.get("update")), loss))
+        return out
+
+    def metric(self, name: str) -> float | None:
+        """A figure of the run by its record key (e.g. the board's comparison metric)."""
+        return number(self.raw.get(name))
+
+
+def _whole(value: Any) -> int | None:
+    """An integer field (a seed, an update number); None when absent or not a whole number."""
+    found = number(value)
+    return int(found) if found is not None and found.is_integer() else None
+
+
+def read_runs(runs: Any) -> list[RunRow]:
+    """Every readable row of a record's `[[runs]]`, in order."""
+    if not isinstance(runs, list | tuple):
+        return []
+    return [run for item in runs if (run := RunRow.from_toml(item)) is not None]

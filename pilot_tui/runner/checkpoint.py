@@ -6,9 +6,7 @@ there is no fallback to unpickling, ever.
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,24 +15,10 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from ..core.atomic import write_atomic
 from .distributed import state as dist_state
 from .safe_load import load_checkpoint, load_tensors
 from .training import TrainState
-
-
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, 0o644)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def rng_state() -> dict[str, Any]:
@@ -89,13 +73,14 @@ def save_training_state(state: TrainState, path: Path, kind: str = "full") -> di
     """Write the checkpoint of `kind` (a `.pt` file, or a sharded directory); this rank's
     figures: `save_s` (the write, not the read-back) and `written_mb` (this rank's bytes)."""
     if kind == "sharded":
+        # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
         from .distributed.sharded import save_sharded
 
         return save_sharded(state, path, rest_state(state))
     t0 = time.perf_counter()
     payload = training_state(state)  # a collective under DDP/FSDP: every rank takes part
     if dist_state.is_rank0():
-        _atomic(path, lambda tmp: torch.save(payload, tmp))
+        write_atomic(path, lambda tmp: torch.save(payload, tmp))
     seconds = time.perf_counter() - t0
     dist_state.barrier()  # the file exists for every rank after this
     written = path.stat().st_size if dist_state.is_rank0() else 0
@@ -105,7 +90,7 @@ def save_training_state(state: TrainState, path: Path, kind: str = "full") -> di
 def write_checkpoint(payload: dict[str, Any], path: Path) -> None:
     """Write an already assembled `training_state` dict atomically (the resume check edits a copy
     of it to break a resume on purpose)."""
-    _atomic(path, lambda tmp: torch.save(payload, tmp))
+    write_atomic(path, lambda tmp: torch.save(payload, tmp))
 
 
 def load_training_state(
@@ -142,7 +127,7 @@ def export_weights(
     one full copy, written by rank 0 alone when the model is sharded or replicated (R22)."""
     tensors = detached_copies(dist_state.model_state(model) if state is None else state)
     if dist_state.is_rank0():
-        _atomic(path, lambda tmp: save_file(tensors, tmp))
+        write_atomic(path, lambda tmp: save_file(tensors, tmp))
     dist_state.barrier()
     return tensors
 
@@ -157,6 +142,7 @@ def resume_from(state: TrainState, path: Path, provenance: Mapping[str, Any]) ->
     `note` set when a sharded one was saved at another world size). Refused before anything is
     read when the record does not vouch for it (R17)."""
     if path.is_dir():
+        # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
         from .distributed.sharded import load_sharded
 
         saved = load_sharded(state, path, provenance)

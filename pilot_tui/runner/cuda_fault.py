@@ -37,8 +37,3 @@ def is_sticky(exc: BaseException) -> bool:
         return False
     text = str(exc).lower()
     return any(marker in text for marker in STICKY_MARKERS)
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]

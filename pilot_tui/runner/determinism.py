@@ -17,6 +17,8 @@ import re
 import warnings
 from collections.abc import Iterator, MutableMapping
 
+from ..core.reasons import first_line
+
 # PyTorch's documented setting for deterministic cuBLAS (":16:8" is smaller and slower).
 CUBLAS_WORKSPACE = ":4096:8"
 SPAWN_ENV = {"CUBLAS_WORKSPACE_CONFIG": CUBLAS_WORKSPACE}
@@ -33,7 +35,7 @@ def apply_spawn_env(env: MutableMapping[str, str]) -> MutableMapping[str, str]:
 
 def nondeterministic_op(message: str) -> str | None:
     """The op a PyTorch determinism warning names, or None for any other warning."""
-    first = message.strip().splitlines()[0] if message.strip() else ""
+    first = first_line(message)
     found = _NO_KERNEL.match(first)
     if found:
         return found.group("op")
@@ -52,7 +54,7 @@ def deterministic() -> Iterator[list[str]]:
     Yields a list filled, when the block ends, with the ops that had no deterministic kernel.
     The previous settings come back afterwards: the other phases measure the user's setup.
     """
-    import torch
+    import torch  # the runner's main imports this module to set the spawn environment before torch
 
     saved = (
         torch.are_deterministic_algorithms_enabled(),

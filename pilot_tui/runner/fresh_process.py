@@ -8,23 +8,34 @@ refused (hash, provenance or unsafe content), 2 bad input, 1 anything else.
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import json
 import os
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
 
+from ..core.atomic import write_atomic, write_text_atomic
 from ..core.hashing import sha256_file
 from ..core.reasons import exception_line, first_line
-from .context import RunContext
+from ..core.spec import SpecError, load_spec
+from ..tasks.loader import TaskError, load_task
+from .checkpoint import detached_copies
+from .context import RunContext, pick_device
 from .determinism import apply_spawn_env
-from .safe_load import load_tensors
+from .distributed import state as dist_state
+from .lifetime import die_with_parent
+from .safe_load import UnsafeLoadError, load_tensors
 
 EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
 RESULT_FILE = "result.json"
@@ -160,28 +171,24 @@ def context_args(ctx: RunContext) -> list[str]:
 # ------------------------------------------------------------------------- worker side
 
 
-def add_context_args(parser) -> None:
+def fresh_process_parser(module: str, flag: str, what: str) -> argparse.ArgumentParser:
+    """What every fresh process takes: the runner's context (spec and task hashes, threads, the
+    output folder), and the one file it loads with the provenance the record holds for it
+    (R17: path + hash + size)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--spec-sha256", required=True)
     parser.add_argument("--task-sha256", default="")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
-
-
-def add_artifact_args(parser, flag: str, what: str) -> None:
-    """The file to load and the provenance the record holds for it (R17: path + hash + size)."""
     parser.add_argument(flag, type=Path, required=True)
     parser.add_argument("--sha256", required=True, help=f"the {what}'s recorded sha256")
     parser.add_argument("--size", type=int, default=None, help=f"the {what}'s recorded size in bytes")
+    return parser
 
 
 def fresh_process_context(args) -> RunContext:
     """Load the spec and the task from scratch, as the runner did; refuse a changed spec."""
-    from ..core.spec import load_spec
-    from ..tasks.loader import load_task
-    from .context import pick_device
-    from .lifetime import die_with_parent
-
     die_with_parent()  # never outlive the runner
     if args.threads:
         # Same thread count as the runner: CPU reductions split by thread, and bitwise equality
@@ -194,10 +201,6 @@ def fresh_process_context(args) -> RunContext:
     task = load_task(loaded)
     device = pick_device(loaded.spec.batch.device)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started by torchrun: join the new group
-        import datetime as dt
-
-        import torch.distributed as dist
-
         if device.type == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(device)
@@ -221,17 +224,12 @@ def check_task_file(loaded, expected: str) -> None:
 
 def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
     """Tensors to safetensors, everything else to JSON naming the tensors file and its sha256."""
-    from safetensors.torch import save_file
-
-    from .checkpoint import _atomic, detached_copies
-    from .distributed import state as dist_state
-
     if not dist_state.is_rank0():  # one result per process group
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     tensor_path = out_dir / "tensors.safetensors"
     plain = detached_copies(tensors)  # tied weights share memory: safetensors needs copies
-    _atomic(tensor_path, lambda tmp: save_file(plain, tmp))
+    write_atomic(tensor_path, lambda tmp: save_file(plain, tmp))
     body = dict(result) | {
         "tensors": {
             "path": str(tensor_path),
@@ -240,7 +238,7 @@ def write_result(out_dir: Path, result: Mapping[str, Any], tensors: Mapping[str,
         }
     }
     text = json.dumps(body)
-    _atomic(out_dir / RESULT_FILE, lambda tmp: Path(tmp).write_text(text))
+    write_text_atomic(out_dir / RESULT_FILE, text)
 
 
 def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -251,10 +249,6 @@ def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 def run_fresh_process(body) -> int:
     """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code."""
-    from ..core.spec import SpecError
-    from ..tasks.loader import TaskError
-    from .safe_load import UnsafeLoadError
-
     try:
         body()
     except UnsafeLoadError as exc:
@@ -264,8 +258,6 @@ def run_fresh_process(body) -> int:
         print(f"pilot-tui worker: {first_line(str(exc)) or exception_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:
-        import traceback
-
         traceback.print_exc()
         print(f"pilot-tui worker: {exception_line(exc)}", file=sys.stderr)
         return EXIT_ERROR

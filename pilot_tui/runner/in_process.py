@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.events import Shutdown, WireMessage
 from ..session.link import LinkTimeout
+from .main import route, serve
 
 _EOF = object()
 
@@ -31,7 +32,6 @@ class InProcessLink:
         return None
 
     def start(self) -> None:
-        from .main import serve
 
         self.close()
         self._commands, self._events, self._cancel = queue.Queue(), queue.Queue(), threading.Event()
@@ -47,7 +47,6 @@ class InProcessLink:
         self._thread.start()
 
     def send(self, msg: WireMessage) -> None:
-        from .main import route
 
         route(msg, self._commands, self._cancel)
 

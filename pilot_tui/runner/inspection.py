@@ -24,10 +24,7 @@ from typing import Any
 import torch
 
 from ..analysis.checks import (
-    FAIL,
-    PASS,
     SHOW_IDS,
-    WARN,
     Check,
     CheckResult,
     listing,
@@ -35,7 +32,10 @@ from ..analysis.checks import (
     pct,
     verdict_of,
 )
+from ..core.reasons import exception_line
+from ..core.verdict import FAIL, PASS, WARN
 from ..tasks.contract import CAUSAL_LM, Batch, Task
+from . import objective
 
 # Examples collated per batch when scanning the whole dataset.
 CHUNK = 256
@@ -131,7 +131,6 @@ class ModelOutput:
 def model_output(task: Task, batch: Batch, device: torch.device, seed: int = 0) -> ModelOutput:
     """One forward of `batch`: first on the meta device (shapes only, nothing allocated, no
     weights read), else for real on `device`, seeded, with the RNG left as found."""
-    from . import objective
 
     try:
         with torch.device("meta"):
@@ -150,8 +149,7 @@ def model_output(task: Task, batch: Batch, device: torch.device, seed: int = 0) 
             logits = objective.forward(task, model, {k: v.to(device) for k, v in batch.items()})
         return ModelOutput(int(logits.shape[-1]), how=str(device))
     except Exception as exc:  # user code: the check says what broke
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        return ModelOutput(None, f"one forward of the shown batch failed: {type(exc).__name__}: {first}")
+        return ModelOutput(None, f"one forward of the shown batch failed: {exception_line(exc)}")
     finally:
         torch.set_rng_state(saved)
         del saved

@@ -34,7 +34,14 @@ from ..core.events import (
     decode,
 )
 from ..core.reasons import exception_line
+from ..core.spec import SpecError, _line_of, load_spec
+from ..core.steps import campaign_steps, find_step
+from ..tasks.loader import TaskError, load_task
+from .determinism import apply_spawn_env
 from .lifetime import die_with_parent
+
+# The modules that import torch are imported inside the functions that need them: torch must
+# load only after `main()` has set the environment cuBLAS reads when its first handle is made.
 
 COUNTER_PERIOD_S = 0.5
 # Exit status of a runner that ended itself after a sticky CUDA error (runner/cuda_fault.py).
@@ -135,6 +142,7 @@ def _read_commands(commands: queue.Queue, cancel: threading.Event, stream: TextI
 
 
 def _counters(channel: Channel, ctx_holder: dict, stop: threading.Event) -> None:
+    # After main() set the spawn environment: torch loads only then.
     from .probes import live_counters
 
     while not stop.wait(COUNTER_PERIOD_S):
@@ -155,7 +163,7 @@ def leave_a_core_for_the_view() -> int:
     (key latency) and collapse under any other load. Measured on the 2-core demo: 1 thread runs
     a step as fast as 2 spinning ones (17.4 vs 16.5 ms) and 2.3× faster than 2 passive ones.
     """
-    import torch
+    import torch  # only after main() set the spawn environment
 
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) - 1)))
@@ -164,8 +172,7 @@ def leave_a_core_for_the_view() -> int:
 
 def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: threading.Event):
     """Load spec and task; report BadInput for anything the user must fix."""
-    from ..core.spec import SpecError, load_spec
-    from ..tasks.loader import TaskError, load_task
+    # After main() set the spawn environment: torch loads only then.
     from .context import RunContext, pick_device
     from .fresh_process import task_file_sha256
 
@@ -203,14 +210,14 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
     except Exception as exc:
         # Anything the user's task raises while it is built (examples that are ints, None, a
         # generator…) is bad input too: one line naming the file, never a view left waiting.
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        emit(BadInput(message=f"{cmd.spec_path}: the task could not be built: {type(exc).__name__}: {first}"))
+        emit(BadInput(message=f"{cmd.spec_path}: the task could not be built: {exception_line(exc)}"))
         return None
     return _ready(ctx, task, emit)
 
 
 def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event):
     """A `trainer_script` campaign: the script captured in this process (docs/trainer.md)."""
+    # After main() set the spawn environment: torch loads only then.
     from .trainer.campaign import open_trainer_campaign
 
     ctx = open_trainer_campaign(loaded, emit, Path(cmd.work_dir), cancel)
@@ -220,6 +227,7 @@ def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event):
 
 def _ready(ctx, task, emit: Callable[[WireMessage], None]):
     """Tell the view the campaign is open: the dataset, its accounting and the environment."""
+    # After main() set the spawn environment: torch loads only then.
     from .environment import describe
 
     accounting = ctx.accounting()
@@ -241,9 +249,6 @@ def _ready(ctx, task, emit: Callable[[WireMessage], None]):
 
 def _campaign_key(loaded, key: str, fn, *args):
     """`fn(*args)`, a ValueError from it told as bad input naming the campaign file and `key`."""
-    from ..core.spec import _line_of
-    from ..tasks.loader import TaskError
-
     try:
         return fn(*args)
     except ValueError as exc:
@@ -264,6 +269,7 @@ def _warm_lazy_imports() -> None:
 
 
 def _resolve_world(loaded, device):
+    # After main() set the spawn environment: torch loads only then.
     from .distributed.launcher import resolve_world
 
     return resolve_world(loaded, device)
@@ -271,6 +277,7 @@ def _resolve_world(loaded, device):
 
 def _run(ctx, step, overrides) -> None:
     """A step on the ranks of a torchrun group when the campaign is distributed, else here."""
+    # After main() set the spawn environment: torch loads only then.
     from .distributed.launcher import execute_on_ranks, runs_on_ranks
     from .phases import execute
 
@@ -282,6 +289,7 @@ def _run(ctx, step, overrides) -> None:
 
 def _close_ranks(ctx) -> None:
     if ctx is not None:
+        # After main() set the spawn environment: torch loads only then.
         from .distributed.launcher import close_group
 
         close_group(ctx)
@@ -295,8 +303,6 @@ def serve(
     `holder` shares the open context and whether a step runs with the counters thread. Returns
     True when it ended because a step poisoned the CUDA context (the process must end too).
     """
-    from ..core.steps import campaign_steps, find_step
-
     ctx = None
     while True:
         cmd = commands.get()
@@ -331,6 +337,7 @@ def serve(
 
 
 def _poisoned(ctx) -> bool:
+    # After main() set the spawn environment: torch loads only then.
     from .phases.base import POISONED_KEY
 
     return bool(ctx.memo.get(POISONED_KEY))
@@ -351,8 +358,6 @@ def _end_poisoned() -> None:
 
 def main() -> int:
     die_with_parent()
-    from .determinism import apply_spawn_env
-
     apply_spawn_env(os.environ)  # before torch: cuBLAS reads it when its first handle is made
     _ignore_terminal_signals()
     channel = Channel(_private_stdout())

@@ -19,7 +19,7 @@ class NvmlView:
     def __init__(self) -> None:
         self._lib: Any = None
         self._handles: dict[int, Any] = {}
-        try:
+        try:  # no NVIDIA library or driver: the view says so and reads the CPU process instead
             import pynvml
 
             pynvml.nvmlInit()

@@ -11,23 +11,14 @@ from __future__ import annotations
 
 import argparse
 
-from .fresh_process import (
-    add_artifact_args,
-    add_context_args,
-    fresh_process_context,
-    run_fresh_process,
-    write_result,
-)
+from .fresh_process import fresh_process_context, fresh_process_parser, run_fresh_process, write_result
 from .replay import replay_inputs
 from .safe_load import load_tensors
 from .serving_check import generation
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.reload_process")
-    add_context_args(p)
-    add_artifact_args(p, "--artifact", "artifact")
-    return p
+    return fresh_process_parser("pilot_tui.runner.reload_process", "--artifact", "artifact")
 
 
 def reload(args: argparse.Namespace) -> None:

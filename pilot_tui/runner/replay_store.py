@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import _atomic
+from safetensors.torch import save_file
+
+from ..core.atomic import write_atomic
 from .replay import ReplayOutput
 from .safe_load import load_tensors_and_metadata
 
@@ -21,7 +23,6 @@ FIELDS = ("input", "output", "ids", "how", "error")
 
 def save_replays(replays: Sequence[ReplayOutput], path: Path) -> None:
     """Write the outputs atomically: logits as `logits/<i>`, the other fields as metadata."""
-    from safetensors.torch import save_file
 
     tensors = {
         f"logits/{i}": c.logits.detach().cpu().contiguous()
@@ -29,7 +30,7 @@ def save_replays(replays: Sequence[ReplayOutput], path: Path) -> None:
         if c.logits is not None
     }
     meta = {"replays": json.dumps([{k: getattr(c, k) for k in FIELDS} for c in replays])}
-    _atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
+    write_atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def load_replays(entry: Mapping[str, Any]) -> list[ReplayOutput]:

@@ -18,21 +18,13 @@ from pathlib import Path
 
 from .checkpoint import load_training_state, restore_training_state, resume_from, save_training_state
 from .determinism import deterministic
-from .fresh_process import (
-    add_artifact_args,
-    add_context_args,
-    fresh_process_context,
-    run_fresh_process,
-    write_result,
-)
+from .fresh_process import fresh_process_context, fresh_process_parser, run_fresh_process, write_result
 from .resume_check import final_tensors, next_draws, observe_update
 from .training import TrainConfig
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pilot_tui.runner.resume_process")
-    add_context_args(p)
-    add_artifact_args(p, "--checkpoint", "checkpoint")
+    p = fresh_process_parser("pilot_tui.runner.resume_process", "--checkpoint", "checkpoint")
     p.add_argument("--config", required=True, help="the TrainConfig of the checked run, as JSON")
     p.add_argument("--updates", type=int, required=True)
     p.add_argument("--files", type=int, default=None, help="a sharded checkpoint's recorded file count")

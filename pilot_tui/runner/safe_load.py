@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 
 from ..core.hashing import directory_sha256, sha256_file
 
@@ -126,9 +128,6 @@ def load_tensors(
     path: str | Path, provenance: Mapping[str, Any], device: str = "cpu"
 ) -> dict[str, torch.Tensor]:
     """A safetensors file (no code can run): provenance checked, then read."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     check_torch_version()
     p = verify_provenance(path, provenance)
     try:
@@ -141,8 +140,6 @@ def load_tensors_and_metadata(
     path: str | Path, provenance: Mapping[str, Any]
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """`load_tensors`, plus the file's string metadata (safetensors' header: no code can run)."""
-    from safetensors import SafetensorError, safe_open
-
     tensors = load_tensors(path, provenance)
     try:
         with safe_open(str(path), framework="pt") as fh:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import threading
 import time
 import tomllib
@@ -20,6 +19,8 @@ from typing import Any
 
 from .. import default_records_dir
 from ..analysis import board
+from ..analysis.plan import compute_plan
+from ..core.atomic import sweep_stale_temp_files
 from ..core.events import (
     BadInput,
     Cancel,
@@ -35,10 +36,12 @@ from ..core.events import (
     WireMessage,
 )
 from ..core.hashing import sha256_file
+from ..core.reasons import first_line
 from ..core.record import LIST_SECTIONS, Record, new_record_id
-from ..core.rows import FAIL
+from ..core.rows import PhaseRow, phase_row, read_rows
 from ..core.spec import LoadedSpec, load_spec
 from ..core.steps import Step, campaign_steps, find_step
+from ..core.verdict import FAIL
 from .death import death_reason, oom_kills
 from .link import Link, LinkTimeout, ProcessLink, ReplayLink
 from .settings import Settings, SettingsError
@@ -47,39 +50,6 @@ from .watchdog import HangWatchdog
 
 class BadInputError(Exception):
     """The campaign cannot run as declared; the message is one line (exit code 2)."""
-
-
-# `.<target name>.<writer pid>.<mkstemp suffix>.tmp`, as record.write_atomic and the runner's
-# checkpoint writer name them; the target name may itself hold dots and digits.
-_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[^.]+\.tmp")
-
-
-def sweep_stale_temp_files(folder: Path) -> list[Path]:
-    """Remove temp files left by a writer that was killed mid-write (their pid is dead).
-
-    Covers the records folder and the artifact folders beside the records (a runner killed
-    during a checkpoint save leaves its temp file there). A live writer's temp file is kept.
-    """
-    removed: list[Path] = []
-    if not folder.is_dir():
-        return removed
-    # Recursive: workers write in sub-folders (`final-worker/`, `resume-*.worker/`).
-    temps = [
-        Path(root) / name
-        for root, _, names in os.walk(folder)  # never follows a symlink out of the folder
-        for name in names
-        if name.startswith(".") and name.endswith(".tmp")
-    ]
-    for tmp in temps:
-        match = _TEMP_NAME.fullmatch(tmp.name)
-        if match is None:
-            continue  # not one of ours
-        # Our own pid counts as alive: another session in this process may be mid-write.
-        if _alive(int(match["pid"])):
-            continue
-        tmp.unlink(missing_ok=True)
-        removed.append(tmp)
-    return removed
 
 
 def _file_identity(path: Path) -> tuple[int, int, int] | None:
@@ -133,21 +103,6 @@ def check_records_dir(folder: Path) -> None:
         raise BadInputError(f"{existing}: the records folder cannot be written (read-only or no permission)")
     if existing is not None and not existing.is_dir():
         raise BadInputError(f"{existing}: is a file, so the records folder {folder} cannot be made")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _one_line(text: str) -> str:
-    """The first non-empty line of a message (a traceback's first line can be blank)."""
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 class Session:
@@ -215,7 +170,9 @@ class Session:
             if isinstance(msg, BadInput):
                 self._fail_open(msg.message)
             if isinstance(msg, RunnerError):
-                self._fail_open(f"{self.loaded.path}: the task could not be opened: {_one_line(msg.message)}")
+                self._fail_open(
+                    f"{self.loaded.path}: the task could not be opened: {first_line(msg.message)}"
+                )
             if isinstance(msg, RunnerReady):
                 ready = msg
         if ready is None:
@@ -365,7 +322,7 @@ class Session:
                     if pending_run:
                         # Yielded too, so a view drops the run's live "running" state for the row.
                         yield self._lost_run(pending_run, str(overrides.get("retry_of", "")), reason)
-                    yield self._end_without_row(key, started, reason)
+                    yield self._end_without_row(key, started, reason, cancelled=self._killed_for_cancel)
                     return
                 if isinstance(msg, RecordUpdate) and msg.section == "runs":
                     pending_run = ""
@@ -472,23 +429,25 @@ class Session:
         )
         self.record.set_section("board", value)
 
-    def _end_without_row(self, key: str, started: PhaseStarted | None, reason: str) -> PhaseFinished:
+    def _end_without_row(
+        self, key: str, started: PhaseStarted | None, reason: str, *, cancelled: bool = False
+    ) -> PhaseFinished:
         """The fail row of a step the runner could not finish itself; the runner is closed so the
         next step starts a fresh one."""
         tail = self.link.stderr_tail()[-10:]
         self.close()
         step = self.step(key)
-        row = {
-            "name": step.phase,
-            "step": key,
-            "variant": step.variant,
-            "verdict": FAIL,
-            "reason": reason,
-            "duration_s": 0.0,
-            "params": started.params if started else {},
-            "memory": {},
-            "details": {"runner_stderr": tail},
-        }
+        row = phase_row(
+            name=step.phase,
+            step=key,
+            variant=step.variant,
+            verdict=FAIL,
+            reason=reason,
+            params=started.params if started else {},
+            memory={},
+            details={"runner_stderr": tail},
+            cancelled=cancelled,
+        )
         assert self.record is not None
         self.record.data["campaign"].pop("in_flight", None)
         self.record.append("phases", row)
@@ -529,14 +488,10 @@ class Session:
         A row that says the step was cancelled (a cancel, SIGTERM, a hang-up) does not count:
         that step was interrupted, not done.
         """
-        last: dict[str, dict[str, Any]] = {}
-        for row in self.record.phases if self.record is not None else []:
-            last[str(row.get("step"))] = row
-        return [
-            s
-            for s in self.steps
-            if s.key not in last or str(last[s.key].get("reason", "")).startswith("cancelled")
-        ]
+        last: dict[str, PhaseRow] = {}
+        for row in read_rows(self.record.phases if self.record is not None else []):
+            last[row.recorded_key] = row
+        return [s for s in self.steps if s.key not in last or last[s.key].cancelled]
 
     def finish(self) -> dict[str, Any]:
         """Compute the choice sheet and package plan from the record's rows and keep them as `[plan]`.
@@ -544,8 +499,6 @@ class Session:
         Called at the end of a campaign (R18, R19). A plan that cannot be computed is kept as
         `[plan] error = "..."` rather than lost: every row is already on disk either way.
         """
-        from ..analysis.plan import compute_plan
-
         if self.record is None:
             raise RuntimeError("start() the session first")
         try:

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from ..analysis import serving
-from ..analysis.checks import FAIL, PASS, Check, listing
+from ..analysis.checks import Check, listing
+from ..core.verdict import FAIL, PASS
 from . import hf_chat, hf_model
 from .contract import CAUSAL_LM, Example, Task
 from .hf_data import TRAIN_ON, ChatLayout, DataError, load_lm_examples

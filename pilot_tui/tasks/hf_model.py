@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.reasons import exception_line
 from .hf_data import DataError
 
 EXTRA = "pip install 'pilot-tui[hf]'"
@@ -78,7 +79,7 @@ def load_tokenizer(model_dir: Path) -> Any:
         with quiet():
             tok = transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as exc:
-        raise DataError(f"{model_dir}: cannot load the tokenizer: {_line(exc)}") from None
+        raise DataError(f"{model_dir}: cannot load the tokenizer: {exception_line(exc)}") from None
     if not getattr(tok, "is_fast", False):
         raise DataError(
             f"{model_dir}: the tokenizer is not a fast tokenizer (tokenizer.json needed for offsets)"
@@ -98,12 +99,6 @@ def ensure_pad(tok: Any) -> str:
     raise DataError("the tokenizer has no pad, unk or eos token to pad with")
 
 
-def _line(exc: BaseException) -> str:
-    from ..core.reasons import exception_line
-
-    return exception_line(exc)
-
-
 def load_model(
     model_dir: Path,
     auto_class: str,
@@ -116,6 +111,7 @@ def load_model(
 ) -> Any:
     """Build the model from the directory; weights from disk, or fresh when declared."""
     transformers = require("transformers")
+    # `pilot-tui init` imports this module: no view-side module loads torch at import (test_layers).
     import torch
 
     cls = getattr(transformers, auto_class)
@@ -135,7 +131,7 @@ def load_model(
                     str(model_dir), local_files_only=True, torch_dtype=torch_dtype, **kwargs
                 )
     except Exception as exc:
-        raise DataError(f"{model_dir}: cannot load the model: {_line(exc)}") from None
+        raise DataError(f"{model_dir}: cannot load the model: {exception_line(exc)}") from None
     if lora:
         model = apply_lora(model, lora)
     return model
@@ -159,7 +155,7 @@ def apply_lora(model: Any, lora: Mapping[str, Any]) -> Any:
         with quiet():
             return peft.get_peft_model(model, config)
     except Exception as exc:
-        raise DataError(f"task.options.lora: {_line(exc)}") from None
+        raise DataError(f"task.options.lora: {exception_line(exc)}") from None
 
 
 def is_peft(model: Any) -> bool:
@@ -210,7 +206,7 @@ def check_attention(
 ) -> dict[str, Any]:
     """Run the chosen attention implementation for real: the same architecture, shrunk to one tiny
     layer, forward and backward on the campaign's device and precision."""
-    import torch
+    import torch  # see load_model
 
     chosen = attn_implementation or "default"
     out: dict[str, Any] = {"name": f"attn_implementation {chosen}", "ok": True, "error": ""}
@@ -234,5 +230,5 @@ def check_attention(
         if not torch.isfinite(logits.float()).all():
             out |= {"ok": False, "error": "non-finite logits from the probe"}
     except Exception as exc:
-        out |= {"ok": False, "error": _line(exc)}
+        out |= {"ok": False, "error": exception_line(exc)}
     return out

@@ -28,10 +28,6 @@ class TaskError(Exception):
     """The task cannot be built; one line naming the file and the exception (exit 2)."""
 
 
-def _one_line(exc: BaseException) -> str:
-    return exception_line(exc)
-
-
 def _user_frame(exc: BaseException, file: Path) -> str:
     # Point at the line of the user's file where it broke, not at our loader.
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == file]
@@ -62,7 +58,7 @@ def _factory(loaded: LoadedSpec) -> tuple[Callable[..., Any], str]:
     try:
         spec.loader.exec_module(module)
     except BaseException as exc:  # user code: any failure is a bad input, never a crash
-        raise TaskError(f"{file}: import failed{_user_frame(exc, file)}: {_one_line(exc)}") from None
+        raise TaskError(f"{file}: import failed{_user_frame(exc, file)}: {exception_line(exc)}") from None
     fn = getattr(module, t.function, None)
     if not callable(fn):
         raise TaskError(f"{file}: no function {t.function!r} (task.function in {loaded.path.name})")
@@ -132,7 +128,7 @@ def load_task(loaded: LoadedSpec) -> Task:
         line = _user_frame(exc, where) if where else ""
         # The options come from the campaign: name it and the key, not only the factory.
         raise TaskError(
-            f"{origin}: {loaded.spec.task.function}() raised{line}: {_one_line(exc)} "
+            f"{origin}: {loaded.spec.task.function}() raised{line}: {exception_line(exc)} "
             f"(task.options in {loaded.path})"
         ) from None
     if not isinstance(task, Task):

@@ -30,10 +30,11 @@ from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from .. import DEMO_CAMPAIGN
 from ..analysis import board
-from ..analysis.plan import provisional_plan
-from ..core import dimensions, phase_table
+from ..analysis.plan import provisional_plan, spec_of
+from ..core import dimensions, notes, phase_table
 from ..core.record import LIST_SECTIONS, Record, RecordError
-from ..core.rows import Memory, StepKey
+from ..core.rows import RunRow, StepKey, read_rows, read_runs
+from ..core.steps import campaign_steps
 from ..core.text import clean, clean_tree, literal, one_line
 from ..session.driver import Session
 from .commands import PilotCommands
@@ -65,7 +66,7 @@ from .panes.plan import PlanPane
 from .ranks import latest_ranks
 from .runner_thread import RunnerThread, Source
 from .screens import ConfirmScreen, HelpScreen, TextPrompt, VariantForm
-from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_variant_id
+from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_variant_id, read_row
 
 PANES = ("gates", "batch", "counters", "board", "plan")
 REDRAW_S = 0.1  # a step starting or ending is drawn within 0.1 s
@@ -416,13 +417,13 @@ class PilotApp(App[int]):
         if pane == "gates":
             self.gates_pane.show(list(self.gates.values()), self.started, self.notes_by_step())
         elif pane == "batch":
-            rows = [g.row for g in self.gates.values() if g.phase == "inspect" and g.row]
+            rows = [g.row for g in self.gates.values() if g.phase == "inspect" and g.row is not None]
             self.batch_pane.show(rows[-1] if rows else None)
         elif pane == "counters":
             counters = self.counters_pane
-            counters.show_ranks(*latest_ranks([g.row for g in self.gates.values() if g.row]))
+            counters.show_ranks(*latest_ranks([g.row for g in self.gates.values() if g.row is not None]))
             if self.saved is not None:
-                peaks = [Memory.from_toml(g.row.get("memory")).peak() for g in self.gates.values()]
+                peaks = [g.row.memory.peak() for g in self.gates.values() if g.row is not None]
                 counters.show_saved(self.sections.get("environment", {}), [p for p in peaks if p is not None])
             else:
                 counters.show(
@@ -464,11 +465,11 @@ class PilotApp(App[int]):
                 out.setdefault(str(note.get("target", "")), []).append(str(note.get("text", "")))
         return out
 
-    def _runs(self) -> list[dict[str, Any]]:
+    def _runs(self) -> list[RunRow]:
         """Record rows win; live points fill in runs whose row has not arrived yet."""
-        runs = {str(r.get("id")): r for r in self.sections.get("runs", []) if isinstance(r, dict)}
-        for run_id, live in self.live_runs.items():
-            runs.setdefault(run_id, live)
+        runs = {r.id: r for r in read_runs(self.sections.get("runs", []))}
+        for live in read_runs(list(self.live_runs.values())):
+            runs.setdefault(live.id, live)
         return list(runs.values())
 
     def _status_line(self, progress: bool = True) -> str:
@@ -535,7 +536,7 @@ class PilotApp(App[int]):
             key=e.step, label=StepKey(e.phase, e.variant).label, phase=e.phase, variant=e.variant
         )
         self.started[e.step] = time.monotonic()
-        self._set_gate(gate.with_(status=RUNNING, params=dict(e.params), done=0, total=0, row={}))
+        self._set_gate(gate.with_(status=RUNNING, params=dict(e.params), done=0, total=0, row=None))
 
     @on(PhaseProgressMsg)
     def handle_phase_progress(self, msg: PhaseProgressMsg) -> None:
@@ -546,15 +547,15 @@ class PilotApp(App[int]):
 
     @on(PhaseFinishedMsg)
     def handle_phase_finished(self, msg: PhaseFinishedMsg) -> None:
-        row = msg.event.row
-        gate = self.gates.get(msg.event.step) or gate_from_row(row)
+        row = read_row(msg.event.row)
+        gate = self.gates.get(msg.event.step) or gate_from_row(msg.event.row)
         self.started.pop(gate.key, None)
-        if str(row.get("reason", "")).startswith("cancelled"):
+        if row.cancelled:
             # The record keeps the cancelled row; the step waits to run again under its own key.
-            message = f"{row['reason']} · n runs it again"
-            self._set_gate(gate.with_(status=WAITING, row={}, message=message, done=0, total=0))
+            message = f"{row.reason} · n runs it again"
+            self._set_gate(gate.with_(status=WAITING, row=None, message=message, done=0, total=0))
         else:
-            self._set_gate(gate.with_(status=str(row.get("verdict", "fail")), row=row))
+            self._set_gate(gate.with_(status=row.verdict, row=row))
         if gate.phase == "inspect":
             self.dirty.add("batch")
         self.dirty.add("counters")
@@ -586,7 +587,7 @@ class PilotApp(App[int]):
         # Appended in place (O(1) per point, not a copy of the curve); the board re-plots on
         # `version`, at most twice a second.
         run = self.live_runs.setdefault(
-            e.run_id, {"id": e.run_id, "losses": [], "loss_updates": [], "validation": []}
+            e.run_id, {"id": e.run_id, "losses": [], "loss_updates": [], "validation": [], "version": 0}
         )
         # Events are throttled (≤ 10/s), so each loss keeps its update number for the x axis.
         run["losses"].append(e.loss)
@@ -594,7 +595,7 @@ class PilotApp(App[int]):
         if e.validation is not None:
             run["validation"].append({"update": e.update, "loss": e.validation})
         run["status"] = e.status
-        run["version"] = run.get("version", 0) + 1
+        run["version"] += 1
         self.dirty.add("board")
 
     @on(RecordUpdateMsg)
@@ -702,7 +703,7 @@ class PilotApp(App[int]):
         if spec is not None:
             taken |= {v.id for v in spec.variants}
         variant = next_variant_id(taken)
-        current = dict(gate.row.get("params") or gate.params) if (gate.row or gate.params) else {}
+        current = dict((gate.row.params if gate.row is not None else None) or gate.params)
         if not current and spec is not None:
             current = {d.params_key: dimensions.control_value(spec, d) for d in dimensions.in_form()}
 
@@ -737,7 +738,7 @@ class PilotApp(App[int]):
     def action_note(self) -> None:
         """An observation on the selected row (its step key once it ran), kept in `[[notes]]`."""
         gate = self.selected_gate
-        target = gate.key.split("#")[0] if gate and gate.row else "campaign"
+        target = gate.key.split("#")[0] if gate and gate.row is not None else "campaign"
         self.push_screen(TextPrompt(f"Note on [b]{target}[/b]"), lambda r: self.write_note("note", target, r))
 
     def action_conclude(self) -> None:
@@ -749,8 +750,6 @@ class PilotApp(App[int]):
         """Live: into the session's record on the runner thread (between saves); saved: the file."""
         if not answer:
             return
-        from ..core import notes
-
         if self.runner is None:
             assert self.saved is not None
             try:
@@ -838,11 +837,8 @@ def interrupted_banner(data: dict[str, Any]) -> str:
     """What a re-opened record that stopped before its end says first: steps planned vs done."""
     if "plan" in data:
         return ""
-    done = {str(r.get("step")) for r in data.get("phases") or [] if isinstance(r, dict)}
+    done = {row.recorded_key for row in read_rows(data.get("phases"))}
     try:
-        from ..analysis.plan import spec_of
-        from ..core.steps import campaign_steps
-
         planned = [s.key for s in campaign_steps(spec_of(data))]
     except Exception:
         planned = []

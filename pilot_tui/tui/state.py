@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core.rows import Memory, PhaseRow
+from ..core.rows import Memory, PhaseRow, StepKey
+from ..core.verdict import FAIL, PASS, WARN
 
+# A step's status before it has a row; then its row's verdict.
 WAITING, QUEUED, RUNNING = "waiting", "queued", "running"
-PASS, WARN, FAIL = "pass", "warn", "fail"
 MARKS = {WAITING: "·", QUEUED: "…", RUNNING: "▶", PASS: "✓", WARN: "!", FAIL: "✗"}
 
 
@@ -30,7 +31,8 @@ class GateState:
     loss: float | None = None
     message: str = ""
     params: dict[str, Any] = field(default_factory=dict)
-    row: dict[str, Any] = field(default_factory=dict)
+    # The finished step's row, read once through core.rows (None until it has one).
+    row: PhaseRow | None = None
 
     def with_(self, **changes: Any) -> GateState:
         return replace(self, **changes)
@@ -40,11 +42,20 @@ class GateState:
         return self.status in (PASS, WARN, FAIL)
 
 
-def gate_from_row(row: dict[str, Any]) -> GateState:
-    """The state of a finished step as the record holds it."""
+def read_row(row: Any) -> PhaseRow:
+    """A record or wire row, typed; one naming no phase reads as the fail row it is (shown as
+    what it is, never dropped silently)."""
     typed = PhaseRow.from_toml(row)
-    if typed is None:  # a row naming no phase: shown as what it is, never dropped silently
-        return GateState(key="?", label="? (unreadable row)", phase="?", status=FAIL, row=row)
+    if typed is None:
+        return PhaseRow(name="?", step=StepKey("?"), verdict=FAIL, raw=row if isinstance(row, dict) else {})
+    return typed
+
+
+def gate_from_row(row: Any) -> GateState:
+    """The state of a finished step as the record holds it."""
+    typed = read_row(row)
+    if typed.name == "?":
+        return GateState(key="?", label="? (unreadable row)", phase="?", status=FAIL, row=typed)
     return GateState(
         key=typed.key,
         label=typed.label,
@@ -52,7 +63,7 @@ def gate_from_row(row: dict[str, Any]) -> GateState:
         variant=typed.variant,
         status=typed.verdict,
         params=dict(typed.params),
-        row=row,
+        row=typed,
     )
 
 
@@ -70,9 +81,8 @@ def fmt_short_mb(value: Any) -> str:
     return f"{value / 1024:.1f} GiB" if value >= 10240 else fmt_mb(value)
 
 
-def memory_columns(memory: dict[str, Any]) -> tuple[str, str]:
+def memory_columns(m: Memory) -> tuple[str, str]:
     """(peak allocated, peak reserved) on CUDA, or (peak RSS, "") on CPU; never summed (R6)."""
-    m = Memory.from_toml(memory)
     if m.on_cuda:
         return fmt_short_mb(m.peak_allocated_mb), fmt_short_mb(m.peak_reserved_mb)
     if m.peak_rss_mb is not None:

@@ -90,7 +90,7 @@ def test_the_latest_measured_attempt_counts_never_the_best():
         run(CONTROL, 0, 0.1, status="failed", attempt=3),  # measured nothing about the LR
         run(CONTROL, 0, 0.1, status="cancelled", attempt=4),
     ]
-    assert select_runs(runs)[(CONTROL, 0)]["id"] == "lr1e-4-s0-2"
+    assert select_runs(runs)[(CONTROL, 0)].id == "lr1e-4-s0-2"
 
 
 # ------------------------------------------------------------------ comparison

@@ -8,9 +8,10 @@ import pytest
 
 from pilot_tui.analysis import variants as v
 from pilot_tui.core import phase_table
-from pilot_tui.core.rows import PhaseRow, worst_verdict
+from pilot_tui.core.rows import PhaseRow
 from pilot_tui.core.spec import SpecError, parse_spec
 from pilot_tui.core.steps import campaign_steps
+from pilot_tui.core.verdict import worst
 
 
 def _row(name: str, verdict: str = "pass", **memory: float) -> PhaseRow:
@@ -28,9 +29,9 @@ def _row(name: str, verdict: str = "pass", **memory: float) -> PhaseRow:
 
 
 def test_worst_verdict_orders_fail_over_warn_over_pass() -> None:
-    assert worst_verdict(["pass", "warn", "pass"]) == "warn"
-    assert worst_verdict(["pass", "fail", "warn"]) == "fail"
-    assert worst_verdict([]) == "fail"
+    assert worst(["pass", "warn", "pass"]) == "warn"
+    assert worst(["pass", "fail", "warn"]) == "fail"
+    assert worst([]) == "fail"
 
 
 def test_ratio_refuses_to_invent_a_value() -> None:

@@ -15,8 +15,9 @@ import pytest
 from conftest import tmpfs
 
 from pilot_tui.commands.cli import main
+from pilot_tui.core.atomic import write_text_atomic
 from pilot_tui.core.notes import add_note, set_conclusion
-from pilot_tui.core.record import Record, write_atomic
+from pilot_tui.core.record import Record
 from pilot_tui.session.driver import BadInputError, Session
 
 
@@ -102,7 +103,7 @@ def test_record_files_are_created_exclusively(write_campaign, tmp_path):
         other._save()
     assert session.record.path.read_bytes() == before
     with pytest.raises(FileExistsError):
-        write_atomic(session.record.path, "x", exclusive=True)
+        write_text_atomic(session.record.path, "x", exclusive=True)
 
 
 def test_a_note_on_a_live_sessions_record_is_kept_by_its_next_save(write_campaign, tmp_path):

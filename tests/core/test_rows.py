@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import tomli_w
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -65,3 +66,72 @@ def test_no_row_dict_makes_reading_raise(data: dict) -> None:
     if row is not None:
         assert row.verdict in ("pass", "warn", "fail")
         row.memory.peak()
+
+
+def test_the_one_row_writer_reads_back_as_written_and_a_cancel_is_a_flag() -> None:
+    from pilot_tui.core.rows import phase_row
+    from pilot_tui.core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict
+
+    kw = dict(params={"microbatch": 2}, memory={"peak_rss_mb": 10.0}, details={"n": 1})
+    passed = phase_row(name="steady", step="steady@bf16", variant="bf16", verdict=PASS, reason="", **kw)
+    # Bare words on disk, the keys in one order, "all checks passed" for a pass without a reason.
+    assert type(passed["verdict"]) is str and list(passed)[:5] == [
+        "name",
+        "step",
+        "variant",
+        "verdict",
+        "reason",
+    ]
+    assert passed["reason"] == "all checks passed" and "started" not in passed and "cancelled" not in passed
+    row = PhaseRow.from_toml(tomllib.loads(tomli_w.dumps(passed)))
+    assert row is not None and row.verdict is Verdict.PASS and row.key == "steady@bf16" and not row.cancelled
+    assert row.memory.peak() == 10.0 and row.params == {"microbatch": 2} and row.ranks == ()
+    stopped = phase_row(
+        name="steady",
+        step="steady#2",
+        variant="control",
+        verdict=FAIL,
+        reason=CANCELLED_BY_USER,
+        cancelled=True,
+        ranks=[{"rank": 0, "verdict": "fail", "peak_rss_mb": 5.0}],
+        **kw,
+    )
+    row = PhaseRow.from_toml(stopped)
+    assert row.cancelled and row.recorded_key == "steady#2" and row.key == "steady"
+    assert row.ranks[0].rank == 0 and row.ranks[0].verdict is FAIL and row.ranks[0].memory.peak() == 5.0
+    # A record written before the flag: the reason alone says it.
+    old = {k: v for k, v in stopped.items() if k != "cancelled"}
+    assert PhaseRow.from_toml(old).cancelled
+    assert not PhaseRow.from_toml(old | {"reason": "out of memory in steady"}).cancelled
+
+
+def test_verdicts_read_strictly_and_the_worst_wins() -> None:
+    from pilot_tui.core.verdict import FAIL, PASS, WARN, Verdict, worst
+
+    assert [Verdict.read(v) for v in ("pass", "warn", "fail", "PASS", None, 1)] == [PASS, WARN] + [FAIL] * 4
+    assert worst([PASS, "warn"]) is WARN and worst([]) is FAIL and PASS.ok and not FAIL.ok
+
+
+def test_a_run_row_reads_mistyped_fields_as_absent_and_keeps_a_live_curve_by_reference() -> None:
+    from pilot_tui.core.rows import RunRow, read_runs
+
+    losses = [2.0, 1.5]
+    run = RunRow.from_toml(
+        {
+            "id": "lr1e-4-s0-1",
+            "lr": 1e-4,
+            "seed": 0,
+            "status": "completed",
+            "final_validation": 1.2,
+            "best_validation": "1.1",
+            "stop_step": 3.5,
+            "losses": losses,
+            "validation": [{"update": 6, "loss": 1.3}, {"loss": "x"}],
+        }
+    )
+    assert run is not None and (run.lr, run.seed, run.status) == (1e-4, 0, "completed")
+    assert run.best_validation is None and run.stop_step is None and run.metric("final_validation") == 1.2
+    assert run.validation_points() == [(6.0, 1.3)]
+    losses.append(1.0)
+    assert run.losses[-1] == 1.0  # a live run's curve is not copied
+    assert read_runs([{"id": "a"}, "not a table", run]) == [RunRow(id="a"), run]

@@ -180,7 +180,7 @@ def test_sigkill_at_random_moments_leaves_a_whole_record(tmp_path):
 
 def test_sweep_removes_only_temp_files_of_dead_writers(tmp_path):
     # The random kills rarely land inside a write (it lasts milliseconds): this makes the leftovers.
-    from pilot_tui.session.driver import sweep_stale_temp_files
+    from pilot_tui.core.atomic import sweep_stale_temp_files
 
     done = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True

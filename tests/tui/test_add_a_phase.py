@@ -68,8 +68,8 @@ async def test_a_phase_defined_here_runs_into_the_record_and_the_gates(
         await wait_for(pilot, lambda: app.gates[count_phase].finished, "the new phase to finish")
         gate = app.gates[count_phase]
         assert gate.status == "pass"
-        assert gate.row["details"]["train_examples"] > 0
+        assert gate.row.details["train_examples"] > 0
         assert app.query_one("#gate-table").row_count == 1
     saved = tomllib.loads(Path(app.record_path).read_text())
     assert [row["step"] for row in saved["phases"]] == [count_phase]
-    assert saved["phases"][0]["details"]["train_examples"] == gate.row["details"]["train_examples"]
+    assert saved["phases"][0]["details"]["train_examples"] == gate.row.details["train_examples"]

@@ -88,7 +88,7 @@ async def test_the_dashboard_shows_a_hostile_record_inert(tmp_path: Path) -> Non
     assert "\\x1b]0;pwned" in shown
     assert "[bold]B[/bold]run[/bold]x" in shown.replace("&#160;", " ")
     # The 2 MB reason is cut before it reaches a widget.
-    first = next(iter(app.gates.values())).row["reason"]
+    first = next(iter(app.gates.values())).row.reason
     assert len(first) < 10_000 and first.endswith("more characters)")
 
 

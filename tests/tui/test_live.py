@@ -12,9 +12,10 @@ from pathlib import Path
 
 import psutil
 
+from pilot_tui.core.verdict import FAIL
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.screens import ConfirmScreen, VariantForm
-from pilot_tui.tui.state import FAIL, RUNNING, WAITING
+from pilot_tui.tui.state import RUNNING, WAITING
 
 from .fake_nvml import NoDriverNvml
 from .test_readable import screen_text

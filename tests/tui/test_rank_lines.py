@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from pilot_tui.core.rows import PhaseRow, RankRow
 from pilot_tui.tui.ranks import latest_ranks, rank_table
 
 RANKS = [
@@ -27,7 +28,7 @@ def render(table) -> list[str]:
 
 
 def test_one_line_per_rank_with_its_own_figures_and_a_bar_scaled_to_the_worst():
-    lines = render(rank_table(RANKS))
+    lines = render(rank_table([RankRow.from_toml(r) for r in RANKS]))
     assert "rank" in lines[0] and "peak" in lines[0] and "data wait" in lines[0]
     r0, r1 = lines[1], lines[2]
     assert r0.split()[:2] == ["0", "pass"] and "300.0 MiB" in r0 and "41.0 ms" in r0 and "2%" in r0
@@ -38,13 +39,16 @@ def test_one_line_per_rank_with_its_own_figures_and_a_bar_scaled_to_the_worst():
 
 def test_latest_ranks_is_the_last_row_run_on_several_ranks():
     rows = [
-        {"step": "load", "ranks": RANKS},
-        {"step": "inspect"},
-        {"step": "steady", "ranks": RANKS[:1]},
-        {"step": "x"},
+        PhaseRow.from_toml(r)
+        for r in (
+            {"step": "load", "ranks": RANKS},
+            {"step": "inspect"},
+            {"step": "steady", "ranks": RANKS[:1]},
+            {"step": "x"},
+        )
     ]
-    assert latest_ranks(rows) == ("steady", RANKS[:1])
-    assert latest_ranks([{"step": "inspect"}]) == ("", [])
+    assert latest_ranks(rows) == ("steady", (RankRow.from_toml(RANKS[0]),))
+    assert latest_ranks(rows[1:2]) == ("", ())
 
 
 def test_headless_prints_one_indented_line_per_rank_and_none_for_one_process():

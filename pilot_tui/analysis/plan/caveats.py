@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...core.rows import PASS, PhaseRow
+from ...core.rows import PhaseRow
+from ...core.verdict import PASS
 from .inputs import Environment, Facts, number_at, step_key, text
 from .package import PackagePlan
 from .sheet import ChoiceSheet

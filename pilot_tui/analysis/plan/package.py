@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.accounting import account
-from ...core.rows import FAIL, PhaseRow
+from ...core.rows import PhaseRow
 from ...core.spec import CampaignSpec
+from ...core.verdict import FAIL
 from ..step_time import step_range
 from .inputs import Facts, step_key
 from .rental import Disk, Restart, SaveTimeout, Throughput, disk, restart, save_timeout, throughput

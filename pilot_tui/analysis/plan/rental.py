@@ -17,7 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.rows import FAIL, PASS, WARN, PhaseRow, num
+from ...core.rows import PhaseRow, num
+from ...core.verdict import FAIL, PASS, WARN
 from .inputs import Facts, number_at, table
 
 # Under 20 % of the free space left after the checkpoints, the disk line warns.

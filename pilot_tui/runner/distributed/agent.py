@@ -31,6 +31,11 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ...core.reasons import first_line
+from ...core.spec import SpecError, endpoint_ok, load_spec
+from ..fresh_process import task_file_sha256
+from .group import die_with_launcher, root_cause, torchrun_command
+
 POLL_S = 0.2
 CONNECT_WAIT_S = 600.0  # how long an agent started before the dashboard waits for its store
 
@@ -109,10 +114,6 @@ class Agent:
         return None
 
     def _serve_group(self, launch: dict[str, Any]) -> None:
-        from ...core.spec import SpecError, load_spec
-        from ..fresh_process import task_file_sha256
-        from .group import die_with_launcher, root_cause, torchrun_command
-
         prefix = launch["prefix"]
         group = dist.PrefixStore(prefix, self.store)
         node = self.args.node_rank if self.args.node_rank >= 0 else int(group.add("claim", 1))
@@ -122,7 +123,7 @@ class Agent:
             loaded = load_spec(self.args.campaign)
             said |= {"spec_sha256": loaded.sha256, "task_sha256": task_file_sha256(loaded)}
         except (SpecError, OSError, ValueError) as exc:
-            said["refused"] = f"its campaign does not load: {str(exc).splitlines()[0]}"
+            said["refused"] = f"its campaign does not load: {first_line(str(exc))}"
             loaded = None
         if loaded is not None:
             for what, key in (("campaign file", "spec_sha256"), ("task file", "task_sha256")):
@@ -210,15 +211,11 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from ...core.spec import SpecError, load_spec
-
     try:
         load_spec(args.campaign)  # a bad file is one line and exit 2, before any connection
     except SpecError as exc:
         print(f"pilot-tui agent: {exc}", file=sys.stderr)
         return 2
-    from ...core.spec import endpoint_ok
-
     if not endpoint_ok(args.rdzv):
         print(f"pilot-tui agent: --rdzv {args.rdzv!r}: must be host:port", file=sys.stderr)
         return 2

@@ -31,6 +31,11 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from ...core.events import json_restored
+from ...core.reasons import first_line
+from ...core.verdict import FAIL
+from ..determinism import apply_spawn_env
+
 POLL_S = 0.05
 AGENT_SILENT_S = 10.0  # an agent beats twice a second: this long without one, its node is gone
 START_GRACE_S = 180.0  # interpreter + torch import on every rank, on a loaded machine
@@ -200,8 +205,6 @@ class RankGroup:
             cmd = torchrun_command(
                 rank_args | {"store_port": tcp.port}, "", spec_path, spec_sha256, work_dir, node=0
             )
-        from ..determinism import apply_spawn_env
-
         # The ranks get the runner's reproducibility settings (cuBLAS workspace) as workers do.
         env = dict(apply_spawn_env(dict(os.environ)), PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
         with open(log_path, "wb") as log:
@@ -377,7 +380,7 @@ class RankGroup:
                 if r in results:
                     continue
                 if self.store.check([f"result/{seq}/{r}"]):
-                    results[r] = _restore(json.loads(self.store.get(f"result/{seq}/{r}")))
+                    results[r] = json_restored(json.loads(self.store.get(f"result/{seq}/{r}")))
                     if _failed(results[r]) and first_failure_at is None:
                         first_failure_at = now
                     continue
@@ -572,20 +575,14 @@ def _unused_log(work_dir: Path) -> Path:
     return work_dir / f"torchrun-{i}.log"
 
 
-def _restore(value: Any) -> Any:
-    from ...core.events import _restore as restore
-
-    return restore(value)
-
-
 def _failed(result: dict[str, Any]) -> bool:
-    return "error" in result or result.get("row", {}).get("verdict") == "fail"
+    return "error" in result or result.get("row", {}).get("verdict") == FAIL
 
 
 def _failure_line(result: dict[str, Any]) -> str:
     if "error" in result:
-        return str(result["error"]).splitlines()[0]
-    return str(result["row"].get("reason", "")).splitlines()[0] if result["row"].get("reason") else "failed"
+        return first_line(str(result["error"]))
+    return first_line(str(result["row"].get("reason", ""))) or "failed"
 
 
 def _collective_timeout(result: dict[str, Any]) -> bool:

@@ -17,16 +17,17 @@ import torch
 
 from ...core import phase_table
 from ...core.events import PhaseFinished, PhaseStarted, decode
-from ...core.rows import Memory
+from ...core.rows import Memory, phase_row
 from ...core.spec import LoadedSpec
 from ...core.steps import Step
+from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict, worst
 from ..context import Cancelled, RunContext
+from ..fresh_process import task_file_sha256
 from .group import GroupFailure, Nodes, RankGroup, default_backend
 
 # The engine phases, the variant phases (same names), resume and final run on the ranks; the
 # data checks, the fit search and the LR board stay in the runner's single process.
 GROUP = "rank_group"  # ctx.memo key
-ORDER = {"pass": 0, "warn": 1, "fail": 2}
 
 
 def resolve_world(loaded: LoadedSpec, device: torch.device) -> LoadedSpec:
@@ -84,8 +85,6 @@ def group_for(ctx: RunContext) -> RankGroup:
 
 
 def _task_sha256(ctx: RunContext) -> str:
-    from ..fresh_process import task_file_sha256
-
     sha = ctx.memo.get("task_sha256")
     return sha if sha is not None else task_file_sha256(ctx.loaded)
 
@@ -149,7 +148,7 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
         row = merge_rows(step, results, params, started)
     except Cancelled:
         close_group(ctx, graceful=False)
-        row = failed_row(step, params, started, "cancelled by the user", {}, {})
+        row = failed_row(step, params, started, CANCELLED_BY_USER, {}, {}, cancelled=True)
     except GroupFailure as exc:
         close_group(ctx, graceful=False)
         partial = exc.details.pop("rank_results", {})
@@ -158,7 +157,7 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
     except Exception as exc:  # the runner's own side failed (a store error): still one row
         close_group(ctx, graceful=False)
         row = failed_row(step, params, started, f"{type(exc).__name__}: {exc}", {}, {})
-    if row["verdict"] == "fail":
+    if row["verdict"] == FAIL:
         # A failed phase may leave ranks at different points of their collectives: start afresh.
         close_group(ctx, graceful=False)
     row["duration_s"] = round(max(row.get("duration_s", 0.0), 0.0) or time.perf_counter() - t0, 4)
@@ -184,7 +183,7 @@ def rank_entry(rank: int, row: dict[str, Any]) -> dict[str, Any]:
     }
     if "node" in row:
         entry["node"], entry["host"] = row["node"], row.get("host", "")
-    if row.get("verdict") != "pass":
+    if row.get("verdict") != PASS:
         entry["reason"] = str(row.get("reason", ""))
     for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb", "nvml_used_mb"):
         if key in memory:
@@ -210,16 +209,16 @@ def merge_rows(
         if "row" in res:
             rows[r] = dict(res["row"])
         else:  # the rank's own loop failed outside the phase registry
-            rows[r] = {"verdict": "fail", "reason": res.get("error", "no row"), "memory": {}, "details": {}}
+            rows[r] = {"verdict": FAIL, "reason": res.get("error", "no row"), "memory": {}, "details": {}}
         if len({res.get("node", 0) for res in results.values()}) > 1:
             rows[r] |= {"node": res.get("node", 0), "host": res.get("host", "")}
-    worst = max(sorted(rows), key=lambda r: ORDER.get(rows[r].get("verdict", "fail"), 2))
+    worst = max(sorted(rows), key=lambda r: Verdict.read(rows[r].get("verdict")).rank)
     peak_rank = max(sorted(rows), key=lambda r: _peak(rows[r].get("memory", {})))
     base = rows.get(0, rows[worst])
     details = dict(base.get("details", {}))
-    verdict = rows[worst].get("verdict", "fail")
+    verdict = Verdict.read(rows[worst].get("verdict"))
     reason = base.get("reason", "")
-    if verdict != base.get("verdict") or (verdict == "fail" and len(rows) > 1):
+    if verdict != base.get("verdict") or (verdict == FAIL and len(rows) > 1):
         reason = f"rank {worst}: {rows[worst].get('reason', '')}"
     for key in ("step_time_s", "step_time_p50_s", "step_time_p90_s", "data_wait_share", "save_s"):
         per = [rows[r]["details"][key] for r in rows if key in rows[r].get("details", {})]
@@ -242,19 +241,21 @@ def merge_rows(
         details["nodes"] = node_figures(ranks)
         if reason.startswith(f"rank {worst}:") and "node" in rows[worst]:
             reason = f"node {rows[worst]['node']} {reason}"
-    return {
-        "name": step.phase,
-        "step": step.key,
-        "variant": step.variant,
-        "verdict": verdict,
-        "reason": reason,
-        "started": started,
-        "duration_s": max(float(rows[r].get("duration_s", 0.0)) for r in rows),
-        "params": params | base.get("params", {}) | {"world_size": len(rows)},
-        "memory": dict(rows[peak_rank].get("memory", {})),
-        "details": details,
-        "ranks": ranks,
-    }
+    return phase_row(
+        name=step.phase,
+        step=step.key,
+        variant=step.variant,
+        verdict=verdict,
+        reason=reason,
+        started=started,
+        duration_s=max(float(rows[r].get("duration_s", 0.0)) for r in rows),
+        params=params | base.get("params", {}) | {"world_size": len(rows)},
+        memory=rows[peak_rank].get("memory", {}),
+        details=details,
+        ranks=ranks,
+        # A rank stopped by the cancel stopped the phase: it runs again.
+        cancelled=any(rows[r].get("cancelled") is True for r in rows),
+    )
 
 
 def node_figures(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -266,7 +267,7 @@ def node_figures(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "node": node,
             "host": mine[0].get("host", ""),
             "ranks": [e["rank"] for e in mine],
-            "verdict": max((e.get("verdict", "fail") for e in mine), key=lambda v: ORDER.get(v, 2)),
+            "verdict": worst(e.get("verdict") for e in mine).value,
             "duration_s": max(float(e.get("duration_s", 0.0)) for e in mine),
         }
         for key in ("peak_reserved_mb", "peak_rss_mb", "step_time_s", "save_s"):
@@ -285,6 +286,8 @@ def failed_row(
     details: dict[str, Any],
     partial: dict[int, dict[str, Any]],
     causes: dict[int, str] | None = None,
+    *,
+    cancelled: bool = False,
 ) -> dict[str, Any]:
     """The row of a phase the group could not finish: the failure, named, and what ranks said."""
     ranks = []
@@ -294,19 +297,19 @@ def failed_row(
         if res and "row" in res:
             ranks.append(rank_entry(r, res["row"]) | ({"reason": cause} if cause else {}))
         elif res:
-            ranks.append({"rank": r, "verdict": "fail", "reason": cause or str(res.get("error", ""))})
+            ranks.append({"rank": r, "verdict": FAIL, "reason": cause or str(res.get("error", ""))})
         else:
-            ranks.append({"rank": r, "verdict": "fail", "reason": cause or "no result"})
-    return {
-        "name": step.phase,
-        "step": step.key,
-        "variant": step.variant,
-        "verdict": "fail",
-        "reason": f"{reason} in {step.phase}",
-        "started": started,
-        "duration_s": 0.0,
-        "params": params,
-        "memory": {},
-        "details": details,
-        "ranks": ranks,
-    }
+            ranks.append({"rank": r, "verdict": FAIL, "reason": cause or "no result"})
+    return phase_row(
+        name=step.phase,
+        step=step.key,
+        variant=step.variant,
+        verdict=FAIL,
+        reason=f"{reason} in {step.phase}",
+        started=started,
+        params=params,
+        memory={},
+        details=details,
+        ranks=ranks,
+        cancelled=cancelled,
+    )

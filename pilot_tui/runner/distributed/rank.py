@@ -27,7 +27,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...core.events import PhaseProgress, RecordUpdate, RunnerError, WireMessage
+from ...core.events import PhaseProgress, RecordUpdate, RunnerError, WireMessage, json_safe
+from ...core.spec import load_spec
+from ...core.steps import Step
+from ...tasks.loader import load_task
+from ..context import RunContext
+from ..fresh_process import task_file_sha256
+from ..lifetime import die_with_parent
+from ..phases import PHASES, execute
+from ..phases.base import AFTER_ROW, Outcome
+from ..residency import MIB, state_bytes
+from . import state as dist_state
+from .interconnect import measure_allreduce
 
 STORE_TIMEOUT = dt.timedelta(days=7)  # a rank waits for its next command as long as the runner lives
 
@@ -67,7 +78,6 @@ class Forward:
 
     def publish_ticks(self, stop: threading.Event) -> None:
         """Thread: the training code's last tick becomes this rank's heartbeat, twice a second."""
-        from . import state as dist_state
 
         seen = 0.0
         while not stop.wait(0.5):
@@ -104,7 +114,6 @@ def state_mb_hook(ctx, step, row: dict[str, Any]) -> None:
 
     First among the after-row hooks: the variant comparison frees a variant's state after its row.
     """
-    from ..residency import MIB, state_bytes
 
     state = ctx.states.get(step.variant)
     if state is not None:
@@ -116,14 +125,11 @@ RANK0_ONLY = ("final",)
 
 
 def _rank0_only(_ctx, _run):
-    from ..phases.base import Outcome
 
     return Outcome(details={"note": "rank 0 reloads the single exported copy and compares"})
 
 
 def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
-    from ...core.steps import Step
-    from ..phases import PHASES, execute
 
     step = Step(key=cmd["step"], phase=cmd["phase"], variant=cmd["variant"])
     overrides = {k: v for k, v in cmd.get("overrides", {}).items() if k != "fault"}
@@ -151,10 +157,6 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from ...core.spec import load_spec
-    from ...tasks.loader import load_task
-    from ..context import RunContext
-    from ..lifetime import die_with_parent
 
     die_with_parent()
     if args.threads:
@@ -187,12 +189,9 @@ def serve(args: argparse.Namespace) -> int:
             dist.init_process_group(args.backend, timeout=timeout)
         groups = node_groups(args.pilot_nnodes, per_node)
         task = load_task(loaded)
-        from ..phases.base import AFTER_ROW
 
         AFTER_ROW.insert(0, state_mb_hook)
         ctx = RunContext(loaded, task, device, forward, args.work_dir, heartbeat=forward.beat)
-        from ..fresh_process import task_file_sha256
-
         ready = {
             "pid": os.getpid(),
             "device": str(device),
@@ -219,8 +218,6 @@ def serve(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             if cmd["op"] == "allreduce":
-                from .interconnect import measure_allreduce
-
                 mb, iters = float(cmd["mb"]), cmd["iters"]
                 out: dict[str, Any] = {"allreduce": measure_allreduce(mb, device, iters)}
                 # Within a node (every node at once, as a real run's intra-node reductions) and
@@ -238,7 +235,7 @@ def serve(args: argparse.Namespace) -> int:
             "seconds": time.perf_counter() - t0,
             "carried": forward.carried,
         }
-        store.set(f"result/{seq}/{rank}", json.dumps(_clean(out), allow_nan=False))
+        store.set(f"result/{seq}/{rank}", json.dumps(json_safe(out), allow_nan=False))
         seq += 1
     stop.set()
     dist.destroy_process_group()
@@ -268,12 +265,6 @@ def node_groups(nnodes: int, per_node: int) -> dict[str, Any]:
         if i == local:
             out["across_nodes"] = g
     return out
-
-
-def _clean(value: Any) -> Any:
-    from ...core.events import _clean as clean
-
-    return clean(value)
 
 
 def main() -> int:

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ..finiteness import finite_equal
 from ..safe_load import UnsafeLoadError, check_torch_version, load_checkpoint, verify_provenance
 from . import state as dist_state
 
@@ -58,6 +59,7 @@ def _split_optimizer(osd: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
 def tensor_state(state) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model, optimizer) state dicts under the user's names: DTensor shards under FSDP2, plain
     tensors in one process. The optimizer's lazily created moments exist even before a step."""
+    # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     return get_state_dict(state.model, state.optimizer)
@@ -81,6 +83,7 @@ def save_sharded(
     `extra` is the non-tensor training state (scheduler, scaler, rng, data, step); `edit` may
     spoil a copy of it (the resume check's test hook).
     """
+    # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
     import torch.distributed.checkpoint as dcp
 
     t0 = time.perf_counter()
@@ -164,6 +167,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 def read_metadata(path: Path):
     """DCP's `.metadata` index through the restricted unpickler; refused if it holds a non-tensor."""
+    # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
 
     index = path / ".metadata"
@@ -186,6 +190,7 @@ def read_metadata(path: Path):
 
 def _reader(path: Path):
     """DCP's file reader with the `.metadata` read through the restricted unpickler."""
+    # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import StorageMeta
 
@@ -230,6 +235,7 @@ def load_sharded(state, path: Path, provenance: Mapping[str, Any]) -> dict[str, 
     Returns the non-tensor state (for `checkpoint.restore_rest`) with `note` set when the saved
     world size differs. A collective under a process group: every rank calls it.
     """
+    # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
@@ -263,9 +269,8 @@ def verify_sharded(state, path: Path, provenance: Mapping[str, Any]) -> list[str
 
     The save phase's read-back: every rank compares its own shards, bitwise (NaN where NaN).
     """
+    # torch.distributed.checkpoint takes ~0.2 s to import: only a sharded checkpoint loads it.
     import torch.distributed.checkpoint as dcp
-
-    from ..finiteness import finite_equal
 
     check_torch_version()
     verify_provenance(path, provenance)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 STRATEGIES = ("ddp", "fsdp")
 # When this rank's training code last moved on (an update, a collective); a thread of the rank
@@ -47,9 +48,8 @@ def wrap(model: torch.nn.Module, strategy: str, device: torch.device) -> torch.n
     if not active() or strategy not in STRATEGIES:
         return model
     if strategy == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # torch.distributed.fsdp takes seconds to import: only an FSDP campaign pays for it.
     from torch.distributed.fsdp import fully_shard
 
     for module in list(model.modules()):
@@ -126,8 +126,9 @@ def gradient_sync(model: torch.nn.Module, last: bool) -> Iterator[None]:
         yield
 
 
+# torch.distributed.checkpoint (~0.2 s to import) loads only once a process group is active.
 def _options(**kw: Any):
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.checkpoint.state_dict import StateDictOptions  # see _options
 
     return StateDictOptions(full_state_dict=True, **kw)
 
@@ -136,7 +137,7 @@ def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Full, unsharded weights under the user's own names on every rank (no `module.` prefix)."""
     if not active():
         return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict  # see _options
 
     return get_model_state_dict(model, options=_options())
 
@@ -145,7 +146,7 @@ def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) ->
     """The optimizer's full state keyed by parameter name (the gathered full state dict)."""
     if not active():
         return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict  # see _options
 
     return get_optimizer_state_dict(model, optimizer, options=_options())
 
@@ -158,7 +159,7 @@ def load_states(
         model.load_state_dict(weights)
         optimizer.load_state_dict(optim)
         return
-    from torch.distributed.checkpoint.state_dict import set_state_dict
+    from torch.distributed.checkpoint.state_dict import set_state_dict  # see _options
 
     set_state_dict(model, optimizer, model_state_dict=weights, optim_state_dict=optim, options=_options())
 

@@ -12,8 +12,11 @@ import json
 import sys
 import tempfile
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from ...core.reasons import message_line
 
 EXIT_BAD_INPUT = 2
 
@@ -25,8 +28,6 @@ def _progress(done: int, total: int, message: str) -> None:
 def _synthetic_task(loaded: Any, source: Any) -> Any:
     """A task for a Hugging Face campaign without loading its data or weights: the configurations
     only need the spec; the batches are synthetic sequences of the configured length."""
-    from dataclasses import replace
-
     spec = loaded.spec
     key = spec.task.group_key or "group"
     splits = ("train", "train", "train", "validation", "test")
@@ -38,6 +39,8 @@ def _synthetic_task(loaded: Any, source: Any) -> Any:
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """Estimate a campaign file or a model directory as the request says."""
+    # After main() silenced library warnings: one printed while torch or a task imports would
+    # break the command's one-line error.
     import torch
 
     from ...core.spec import load_spec
@@ -88,6 +91,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The errors told as bad input; .sources imports torch (see run).
     from ...core.spec import SpecError
     from ...tasks.loader import TaskError
     from .sources import ModelDirError
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run(request)
     except (SpecError, TaskError, ModelDirError, ValueError) as exc:
         print(
-            f"pilot-tui: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+            f"pilot-tui: error: {message_line(exc)}",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT

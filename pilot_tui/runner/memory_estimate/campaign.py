@@ -13,7 +13,7 @@ from ...core.spec import LoadedSpec
 from ...tasks.contract import CAUSAL_LM, CLASSIFICATION
 from ..context import RunContext
 from .fake_run import FakeConfig, ModelSource, run_fake
-from .sources import hf_source, task_source
+from .sources import hf_default_length, hf_source, task_source
 
 HF_BUILTINS = {"hf_causal_lm": CAUSAL_LM, "hf_sequence_classification": CLASSIFICATION}
 
@@ -167,7 +167,6 @@ def estimate_model_dir(
     **batch: Any,
 ) -> dict[str, Any]:
     """`pilot-tui estimate --model DIR`: one configuration from the flags, config.json alone."""
-    from .sources import hf_default_length
 
     source = hf_source(model_dir)
     length = int(batch.get("max_length") or min(2048, hf_default_length(model_dir)))

@@ -27,7 +27,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from ...core.reasons import exception_line
 from ...tasks.contract import Task
 from .. import objective, optimizers
 from ..training import autocast
@@ -101,6 +104,7 @@ def allocator_rounding(block: int) -> Iterator[None]:
 
     The trackers round only storages on a CUDA device; the fake run's tensors are on the CPU.
     """
+    # torch.distributed._tools takes over a second to import: only an estimate loads it.
     from torch.distributed._tools import mem_tracker
 
     info = getattr(mem_tracker, "_WeakRefInfo", None)
@@ -130,6 +134,7 @@ def rounded(nbytes: int, block: int) -> int:
 @contextlib.contextmanager
 def fake_process_group(world_size: int) -> Iterator[Any]:
     """A process group of `world_size` fake ranks (this process is rank 0) and its 1-D mesh."""
+    # FakeStore lives in torch's private testing package: loaded only for a multi-GPU estimate.
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -216,12 +221,11 @@ def run_fake(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
         out = {"estimable": False, "op": exc.op, "reason": exc.reason}
     except Exception as exc:  # an op without a fake kernel, a data-dependent branch, user code
         op = _failed_op(exc)
-        first = str(exc).splitlines()[0] if str(exc) else ""
         where = f"fake tensors cannot follow {op}" if op else "the fake run failed"
         out = {
             "estimable": False,
             "op": op or type(exc).__name__,
-            "reason": f"{where}: {type(exc).__name__}: {first}"[:400],
+            "reason": f"{where}: {exception_line(exc, 400)}"[:400],
         }
     finally:
         gc.collect()
@@ -230,8 +234,6 @@ def run_fake(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
 
 
 def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     if cfg.strategy not in STRATEGIES:
         raise NotEstimable("strategy", f"unknown strategy {cfg.strategy!r} (one of {', '.join(STRATEGIES)})")
     block = ALLOCATOR_BLOCK if cfg.allocator_rounding else 0
@@ -252,6 +254,7 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
             source.set_checkpointing(model, True)
         units = shard_units(model)
         if mesh is not None:
+            # torch.distributed.fsdp takes seconds to import: only an FSDP estimate pays for it.
             from torch.distributed.fsdp import fully_shard
 
             for unit in units:
@@ -342,7 +345,6 @@ def _step_scalars() -> Iterator[None]:
     no value to give. Those numbers only scale the update: what the step allocates (its state,
     its temporaries) does not depend on them, so the step's memory is counted exactly.
     """
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     class StepScalars(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -369,10 +371,11 @@ def _first_2d(batch: Mapping[str, torch.Tensor]) -> str:
 
 def _tracker(cfg: FakeConfig, model: nn.Module, optimizer: torch.optim.Optimizer) -> Any:
     if cfg.strategy == "fsdp":
+        # The trackers are in torch.distributed._tools (over a second to import): estimates only.
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
         return FSDPMemTracker(mod=model, optm=optimizer)
-    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker  # see above
 
     tracker = MemTracker()
     # The tracker hooks every parameter's gradient, and torch refuses a hook on a frozen one

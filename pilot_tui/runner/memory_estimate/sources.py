@@ -9,7 +9,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from ...core.reasons import exception_line
 from ...tasks.contract import CAUSAL_LM, Task
 from ..context import RunContext
 from .fake_run import ModelSource, NotEstimable
@@ -124,7 +126,7 @@ def materialize(model: torch.nn.Module, device: torch.device) -> torch.nn.Module
 def with_lora(model: torch.nn.Module, lora: dict[str, Any], causal: bool = True) -> torch.nn.Module:
     """The model with peft's LoRA adapters (`lora = { r, alpha, dropout, target_modules }`):
     only the adapters are trainable, so only they carry gradients and optimizer state."""
-    try:
+    try:  # the hf extra: only a LoRA campaign needs peft
         from peft import LoraConfig, get_peft_model
     except ImportError:
         raise NotEstimable("peft", "the campaign asks for LoRA: pip install 'pilot-tui[hf]' (peft)") from None
@@ -151,7 +153,7 @@ def hf_source(
     fake. A causal LM (`AutoModelForCausalLM`) or a sequence classifier, in the task's load dtype
     (`float32` master weights by default, as the runner trains them; precision is autocast)."""
     read_hf_config(model_dir)
-    try:
+    try:  # the hf extra: only a model directory needs transformers
         import transformers
     except ImportError:
         raise ModelDirError(
@@ -160,9 +162,7 @@ def hf_source(
     try:
         config = transformers.AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as exc:
-        raise ModelDirError(
-            f"{model_dir / 'config.json'}: {type(exc).__name__}: {exc}".splitlines()[0]
-        ) from None
+        raise ModelDirError(f"{model_dir / 'config.json'}: {exception_line(exc)}") from None
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     if vocab <= 0:
         raise ModelDirError(f"{model_dir / 'config.json'}: no vocab_size")
@@ -179,8 +179,6 @@ def hf_source(
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
 
     def build() -> torch.nn.Module:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-
         # Built on the meta device outside the fake mode (transformers and peft move modules with
         # `.to()`, which cannot swap fake parameters), then every tensor becomes a fake one.
         with unset_fake_temporarily(), torch.device("meta"):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import torch
-
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
+from ...core.verdict import WARN
 from .. import finiteness
 from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from ..context import RunContext
@@ -14,7 +13,8 @@ from ..distributed.sharded import kind_for, verify_sharded
 from ..replay import replay_inputs
 from ..replay_store import save_replays
 from ..serving_check import config_warnings
-from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
+from ..training import TrainState
+from .base import Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
@@ -25,12 +25,20 @@ def _record_artifact(ctx: RunContext, entry: dict) -> None:
     ctx.emit(RecordUpdate(section="artifacts", value=entry))
 
 
-def _refuse_non_finite(ctx: RunContext, model: torch.nn.Module, variant: str, what: str) -> None:
-    """Finiteness first: a NaN never equals itself, so comparing a diverged model bitwise would
+def _finite_state(
+    ctx: RunContext, run: PhaseRun, what: str, overrides: dict | None = None
+) -> tuple[str, TrainState]:
+    """The step's variant and its training state (under `overrides`, default the step's own),
+    refused when a weight is not finite.
+
+    Finiteness first: a NaN never equals itself, so comparing a diverged model bitwise would
     report "weights differ" instead of the cause; and a NaN model is not worth a file."""
-    reason = finiteness.weights_not_finite(model, ctx.memo, variant)
+    variant = run.step.variant
+    state = ctx.state(variant, ctx.config(variant, run.overrides if overrides is None else overrides))
+    reason = finiteness.weights_not_finite(state.model, ctx.memo, variant)
     if reason:
         raise PhaseFailure(f"{reason}: nothing worth a {what} (finiteness checked before any comparison)")
+    return variant, state
 
 
 def checkpoint_kind(ctx: RunContext, strategy: str, overrides: dict) -> str:
@@ -40,11 +48,9 @@ def checkpoint_kind(ctx: RunContext, strategy: str, overrides: dict) -> str:
 
 @phase("save")
 def save(ctx: RunContext, run: PhaseRun) -> Outcome:
-    variant = run.step.variant
     overrides = {k: v for k, v in run.overrides.items() if k != "checkpoint"}
-    state = ctx.state(variant, ctx.config(variant, overrides))
+    variant, state = _finite_state(ctx, run, "save", overrides)
     kind = checkpoint_kind(ctx, state.config.strategy, run.overrides)
-    _refuse_non_finite(ctx, state.model, variant, "save")
     # A rerun at the same step gets a new name: an earlier artifact entry keeps its file (R14).
     suffix = ".dcp" if kind == "sharded" else ".pt"
     path = dist_state.from_rank0(_unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}{suffix}"))
@@ -98,9 +104,7 @@ def _verify_full(state, path, entry: dict) -> None:
 
 @phase("export")
 def export(ctx: RunContext, run: PhaseRun) -> Outcome:
-    variant = run.step.variant
-    state = ctx.state(variant, ctx.config(variant, run.overrides))
-    _refuse_non_finite(ctx, state.model, variant, "export")
+    variant, state = _finite_state(ctx, run, "export")
     path = dist_state.from_rank0(_unused(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors"))
     own = ctx.task.export_state(state.model) if ctx.task.export_state is not None else None
     tensors = export_weights(state.model, path, own)

@@ -15,18 +15,18 @@ import torch
 
 from ...core import phase_table
 from ...core.events import PhaseFinished, PhaseStarted, RunnerError
-from ...core.reasons import exception_line
-from ...core.reasons import first_line as message_line
+from ...core.reasons import exception_line, message_line
+from ...core.rows import phase_row
 from ...core.steps import Step
+from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict
 from .. import probes
 from ..context import Cancelled, RunContext
-from ..cuda_fault import POISONED, first_line, is_sticky
+from ..cuda_fault import POISONED, is_sticky
 from ..deadline import DeadlineExceeded, phase_deadline
 from ..faults import disk_full_reason, is_cpu_oom, is_disk_full
 from ..oom import is_oom
 from ..probes import MemoryProbe
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
 # ctx.memo key set when a step poisoned the CUDA context: the runner ends after that row.
 POISONED_KEY = "cuda_poisoned"
 
@@ -44,10 +44,12 @@ class PhaseFailure(Exception):
 class Outcome:
     """What a phase body returns: its verdict, why, and what the row should show."""
 
-    verdict: str = PASS
+    verdict: Verdict = PASS
     reason: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    # Stopped by a cancel: the row says so (`cancelled = true`) and the step runs again.
+    cancelled: bool = False
     # The phase's duration when its work ran before the body (a captured trainer's load ran in the
     # script, up to its train()): the row's duration_s, read by the plan.
     duration_s: float | None = None
@@ -94,7 +96,7 @@ def _run_hooks(ctx: RunContext, hooks: list, *args: Any) -> None:
             ctx.emit(RunnerError(message=f"{hook.__name__}: {exception_line(exc)}"))
             if is_sticky(exc):
                 # No later step can run in this process: the runner ends after this step.
-                ctx.memo[POISONED_KEY] = f"{POISONED}: {first_line(exc)} in {hook.__name__}"
+                ctx.memo[POISONED_KEY] = f"{POISONED}: {exception_line(exc, 300)} in {hook.__name__}"
 
 
 def phase(name: str) -> Callable[[PhaseFn], PhaseFn]:
@@ -116,11 +118,6 @@ def finite(x: float) -> bool:
 
 # Kept under its old name for the phases that import it; the classification lives in runner/oom.py.
 _is_oom = is_oom
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, float], seconds: float):
@@ -154,7 +151,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     try:
         probe.start()
     except BaseException as exc:  # the context broke before this step began (a hook, say)
-        poison = poison or f"{first_line(exc)} (before the step began)"
+        poison = poison or f"{exception_line(exc, 300)} (before the step began)"
     t0 = time.perf_counter()
     failure: BaseException | None = None
     outcome = Outcome()
@@ -175,7 +172,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
     if failure is not None:
         outcome = _failed_outcome(ctx, run, failure)
         if is_sticky(failure):
-            poison = first_line(failure)
+            poison = exception_line(failure, 300)
         if not isinstance(failure, PhaseFailure | Cancelled):
             _drop_partial_grads(ctx, step)  # it broke mid-update: its gradients are partial
         failure = None
@@ -190,7 +187,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         seconds = time.perf_counter() - t0
         memory = probe.stop()
     except BaseException as exc:
-        poison = poison or first_line(exc)
+        poison = poison or exception_line(exc, 300)
         memory = probe.baseline()
     if outcome.duration_s is not None:
         seconds = outcome.duration_s
@@ -202,18 +199,19 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         shape = f" on input {run.current_input}" if run.current_input else ""
         outcome.verdict, outcome.reason = FAIL, f"{over} in {step.phase}{shape}"
         outcome.details.setdefault("input", run.current_input)
-    row = {
-        "name": step.phase,
-        "step": step.key,
-        "variant": step.variant,
-        "verdict": outcome.verdict,
-        "reason": outcome.reason or ("all checks passed" if outcome.verdict == PASS else ""),
-        "started": started,
-        "duration_s": round(seconds, 4),
-        "params": run.params | outcome.params,
-        "memory": memory,
-        "details": outcome.details,
-    }
+    row = phase_row(
+        name=step.phase,
+        step=step.key,
+        variant=step.variant,
+        verdict=outcome.verdict,
+        reason=outcome.reason,
+        started=started,
+        duration_s=seconds,
+        params=run.params | outcome.params,
+        memory=memory,
+        details=outcome.details,
+        cancelled=outcome.cancelled,
+    )
     ctx.rows.append(row)
     ctx.emit(PhaseFinished(step=step.key, row=row))
     if poison is None:
@@ -255,12 +253,12 @@ def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outco
         # Stopped while it ran, not judged after (R24): the row says it hung, and where.
         return Outcome(FAIL, f"hung: {exc} in {run.step.phase}{shape}; stopped at the deadline", where)
     if isinstance(exc, Cancelled):
-        return Outcome(FAIL, "cancelled by the user", where)
+        return Outcome(FAIL, CANCELLED_BY_USER, where, cancelled=True)
     if isinstance(exc, PhaseFailure):
         return Outcome(FAIL, exc.reason, exc.details | where)
     if is_disk_full(exc, ctx.work_dir):
         return Outcome(
-            FAIL, disk_full_reason(ctx.work_dir, run.step.phase), where | {"error": _first_line(exc)}
+            FAIL, disk_full_reason(ctx.work_dir, run.step.phase), where | {"error": message_line(exc)}
         )
     if is_oom(exc):
         # This phase's count is the row's `memory.num_ooms`; this one is the runner's lifetime.
@@ -270,7 +268,7 @@ def _failed_outcome(ctx: RunContext, run: PhaseRun, exc: BaseException) -> Outco
             stats = {}
         details = where | {
             "runner_num_ooms": int(stats.get("num_ooms", 0)),
-            "error": message_line(str(exc)) or type(exc).__name__,
+            "error": message_line(exc),
         }
         host = " (host memory)" if ctx.device.type != "cuda" or is_cpu_oom(exc) else ""
         if not shape and "microbatch" in run.params:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ...core.verdict import WARN
 from ..context import RunContext
 from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
 from ..probes import release_cache
@@ -19,7 +20,7 @@ from ..replay import ReplayOutput
 from ..replay_store import load_replays
 from ..safe_load import UnsafeLoadError
 from ..serving_check import generation_warnings
-from .base import WARN, Outcome, PhaseFailure, PhaseRun, phase
+from .base import Outcome, PhaseFailure, PhaseRun, phase
 
 
 def latest_export(ctx: RunContext) -> dict[str, Any] | None:

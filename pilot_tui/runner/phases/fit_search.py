@@ -21,12 +21,13 @@ from ...core.events import RecordUpdate
 from ...core.reasons import first_line
 from ...core.rows import peak_counter
 from ...core.spec import FitSearchSpec
+from ...core.verdict import FAIL, WARN
 from ..context import Cancelled, RunContext
 from ..cuda_fault import is_sticky
 from ..oom import is_oom
 from ..probes import MemoryProbe, synchronize
 from ..training import collate, evaluate, train_update
-from .base import FAIL, WARN, Outcome, PhaseRun, phase
+from .base import Outcome, PhaseRun, phase
 from .eval_longest import raw_lengths
 
 

@@ -22,17 +22,18 @@ import torch
 
 from ...analysis.board import best_validation, parse_run_name
 from ...core import dimensions
+from ...core.atomic import write_text_atomic
 from ...core.events import RecordUpdate, RunUpdate
 from ...core.hashing import artifact_entry
 from ...core.phase_table import lr_run_name
 from ...core.reasons import exception_line
-from ...core.record import write_atomic
 from ...core.spec import LRBoardSpec, StopSpec
+from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, WARN
 from ...tasks.contract import CAUSAL_LM, Batch
 from .. import objective
 from ..context import Cancelled, RunContext
 from ..training import TrainConfig, TrainState, autocast, collate, train_update
-from .base import FAIL, PASS, WARN, Outcome, PhaseFailure, PhaseRun, phase
+from .base import Outcome, PhaseFailure, PhaseRun, phase
 
 # Overrides an LR run accepts besides the dimensions that allow it (core/dimensions.py: lr,
 # microbatch, accumulation, precision, activation checkpointing, max length). The session adds
@@ -216,7 +217,7 @@ def predictions(ctx: RunContext, state: TrainState, run_id: str) -> dict[str, An
     # One input per line: readable in a terminal, diffable between runs.
     head = json.dumps({k: v for k, v in out.items() if k != "items"})[:-1]
     items = ",\n".join(json.dumps(item) for item in out["items"])
-    write_atomic(path, f'{head}, "items": [\n{items}\n]}}\n')
+    write_text_atomic(path, f'{head}, "items": [\n{items}\n]}}\n')
     return artifact_entry(path, "run_predictions", format="json")
 
 
@@ -271,7 +272,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
         # The run keeps its row whatever happened, then the phase row says why (R14).
         cancelled = isinstance(exc, Cancelled)
         row["status"] = "cancelled" if cancelled else "failed"
-        row["reason"] = "cancelled by the user" if cancelled else exception_line(exc)
+        row["reason"] = CANCELLED_BY_USER if cancelled else exception_line(exc)
         _finish(ctx, row, t0, live)
         raise
     try:

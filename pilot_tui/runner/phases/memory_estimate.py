@@ -13,10 +13,11 @@ from typing import Any
 from ...analysis import memory_estimate as est
 from ...core import dimensions
 from ...core.events import RecordUpdate
+from ...core.verdict import FAIL, PASS, WARN
 from ..context import RunContext
 from ..memory_estimate.campaign import campaign_configs, estimate_configs, source_for, target_of
 from ..memory_estimate.fake_run import MIB
-from .base import FAIL, PASS, WARN, Outcome, PhaseRun, phase
+from .base import Outcome, PhaseRun, phase
 
 FIGURES = (
     "parameters",

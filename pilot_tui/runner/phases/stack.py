@@ -15,12 +15,17 @@ import warnings
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ...core.dimensions import OPTIMIZERS
+from ...core.reasons import exception_line, first_line
+from ...core.verdict import FAIL, PASS, WARN
 from .. import optimizers
 from ..context import RunContext
+from ..distributed.group import GroupFailure
+from ..distributed.launcher import backend, measure_interconnect, world_size
 from ..environment import gpus
-from .base import FAIL, PASS, WARN, Outcome, PhaseRun, phase
+from .base import Outcome, PhaseRun, phase
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Kernels that exist only in CUDA builds: on CPU they are "not applicable", not "broken".
@@ -31,11 +36,6 @@ _BACKEND_NAMES = {
     "CUDNN_ATTENTION": "cudnn",
     "MATH": "math",
 }
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
 def module_version(module: Any, name: str) -> str:
@@ -59,7 +59,7 @@ def check_extension(name: str) -> dict[str, Any]:
     except BaseException as exc:  # OSError (missing .so), RuntimeError (ABI), even SystemExit
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return {"name": name, "ok": False, "version": "", "error": _first_line(exc)}
+        return {"name": name, "ok": False, "version": "", "error": exception_line(exc, 300)}
     return {"name": name, "ok": True, "version": module_version(module, name), "error": ""}
 
 
@@ -88,14 +88,12 @@ def check_precision(device: torch.device, precision: str) -> dict[str, Any]:
         if not torch.isfinite(layer.weight.grad).all():
             return out | {"ok": False, "error": "non-finite gradient in the probe"}
     except Exception as exc:
-        return out | {"ok": False, "error": _first_line(exc)}
+        return out | {"ok": False, "error": exception_line(exc, 300)}
     return out
 
 
 def check_attention(device: torch.device, precision: str) -> list[dict[str, Any]]:
     """Try every scaled-dot-product attention backend on a tiny causal call, in the campaign's dtype."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     dtype = _DTYPES.get(precision, torch.float32)
     q = torch.randn(1, 2, 16, 64, device=device, dtype=dtype)
     results = []
@@ -112,8 +110,8 @@ def check_attention(device: torch.device, precision: str) -> list[dict[str, Any]
                 status, detail = "usable", ""
             except Exception as exc:
                 # torch explains *why* a kernel was refused in warnings; keep the first one.
-                why = [str(w.message).splitlines()[0] for w in caught if str(w.message).strip()]
-                detail = why[0][:300] if why else _first_line(exc)
+                why = [line for w in caught if (line := first_line(str(w.message)))]
+                detail = why[0][:300] if why else exception_line(exc, 300)
                 if device.type != "cuda" and key in _CUDA_ONLY_BACKENDS:
                     status, detail = "not_applicable", "CUDA-only kernel; this pilot runs on CPU"
                 else:
@@ -144,8 +142,6 @@ def allreduce_size_mb(ctx: RunContext) -> float:
 
 def check_interconnect(ctx: RunContext, details: dict[str, Any]) -> list[str]:
     """With more than one rank planned: start the process group for real and all-reduce on it (R22)."""
-    from ..distributed.group import GroupFailure
-    from ..distributed.launcher import backend, measure_interconnect, world_size
 
     if ctx.spec.distributed.strategy == "none" or world_size(ctx) < 2:
         return []

@@ -12,6 +12,7 @@ import torch
 
 from ...analysis import rank_data
 from ...analysis.step_time import MeanInterval, mean_interval, updates_needed
+from ...core.verdict import WARN
 from .. import finiteness, objective_gate
 from ..context import RunContext
 from ..distributed import state as dist_state
@@ -28,7 +29,7 @@ from ..steady_timing import (
     runqueue_share,
 )
 from ..training import TrainState, UpdateStats, train_update
-from .base import WARN, Outcome, PhaseFailure, PhaseRun, finite, phase
+from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
 from .load import tensor_mb
 
 

@@ -23,7 +23,15 @@ from ...core.steps import Step
 from ...tasks.contract import CAUSAL_LM
 from .. import objective
 from ..context import RunContext
-from ..residency import MIB, park_others, state_bytes, tensors_bytes
+from ..residency import (
+    MIB,
+    gradient_tensors,
+    optimizer_tensors,
+    park_others,
+    state_bytes,
+    tensors_bytes,
+    weight_tensors,
+)
 from ..training import TrainState, autocast, collate
 from .base import after_row, before_step
 
@@ -144,7 +152,6 @@ def build_control_reference(ctx: RunContext) -> dict[str, Any]:
 
 
 def _all_tensors(state: TrainState) -> list[torch.Tensor]:
-    from ..residency import gradient_tensors, optimizer_tensors, weight_tensors
 
     return weight_tensors(state) + gradient_tensors(state) + optimizer_tensors(state)
 

@@ -17,8 +17,11 @@ from typing import Any
 
 import torch
 
-from ...analysis.checks import FAIL, PASS, Check, listing
+from ...analysis.checks import Check, listing
+from ...core.verdict import FAIL, PASS
 from ...tasks.contract import CAUSAL_LM, Example, Task
+from .estimate import trainer_source
+from .loop import unwrapped
 
 IGNORE = -100
 TRAIN, EVAL = "train", "eval"
@@ -174,9 +177,6 @@ class TrainerAdapter:
 
     def estimate_source(self) -> Any:
         """The fake-tensor estimate's model source (runner/memory_estimate reads it through here)."""
-        from .estimate import trainer_source
-        from .loop import unwrapped
-
         return trainer_source(self, unwrapped(self.trainer))
 
     def longest(self) -> int:

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ...analysis.checks import PASS, WARN, Check
+from ...analysis.checks import Check
+from ...core.verdict import PASS, WARN
 
 IGNORE = -100
 # A padding-free batch is one long row: the pane shows its head.

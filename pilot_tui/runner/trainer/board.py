@@ -14,9 +14,12 @@ import math
 import time
 from typing import Any
 
+import transformers
 from transformers import TrainerCallback
 
 from ...analysis.board import best_validation
+from ...core.reasons import exception_line
+from ...core.verdict import CANCELLED_BY_USER
 from ..context import Cancelled, RunContext
 from ..phases.base import Outcome, PhaseRun
 from ..phases.lr_run import FIRST_BATCHES, VERDICTS, _finish, _Live, plan_run, stop_cause
@@ -99,8 +102,6 @@ def first_batches_sha256(trainer: Any, updates: int) -> str:
 
 @body("lr_run")
 def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
-    import transformers
-
     plan = plan_run(ctx, run)
     cfg, board = plan.config, plan.board
     trainer = trainer_of(ctx)
@@ -159,9 +160,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
     except BaseException as exc:
         cancelled = isinstance(exc, Cancelled)
         row["status"] = "cancelled" if cancelled else "failed"
-        row["reason"] = (
-            "cancelled by the user" if cancelled else f"{type(exc).__name__}: {exc}".splitlines()[0]
-        )
+        row["reason"] = CANCELLED_BY_USER if cancelled else exception_line(exc)
         _finish(ctx, row, t0, live)
         raise
     finally:

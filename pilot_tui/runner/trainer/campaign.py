@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 
 from ...core.events import WireMessage
 from ...core.hashing import sha256_file
@@ -40,8 +41,6 @@ def capture_for(loaded: LoadedSpec) -> Any:
 
 
 def versions() -> dict[str, str]:
-    import transformers
-
     out = {"transformers": transformers.__version__, "torch": torch.__version__}
     for name in ("trl", "accelerate", "datasets", "peft"):
         try:

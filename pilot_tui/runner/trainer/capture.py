@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import transformers
+
 from ...core.reasons import exception_line
 
 
@@ -83,8 +85,6 @@ class _Tail(io.TextIOBase):
 
 @contextlib.contextmanager
 def _patched(built: list[Any]) -> Iterator[None]:
-    import transformers
-
     base = transformers.Trainer
     original_train, original_init = base.train, base.__init__
     patched_classes: list[tuple[type, Any]] = []
@@ -137,8 +137,6 @@ def _script_line(exc: BaseException, script: Path) -> str:
 
 def capture(script: Path, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> Capture:
     """Run `python script argv...` in `cwd` up to its first `Trainer.train()`."""
-    import transformers
-
     script = script.resolve()
     built: list[Any] = []
     tail = _Tail(sys.stderr)

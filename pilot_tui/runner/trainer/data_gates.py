@@ -9,9 +9,10 @@ from typing import Any
 import torch
 
 from ...analysis.checks import Check, CheckResult, verdict_of
+from ...core.verdict import FAIL, PASS, WARN
 from ..context import RunContext
 from ..inspection import ModelOutput, inspect_task
-from ..phases.base import FAIL, PASS, WARN, Outcome, PhaseFailure, PhaseRun, finite
+from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.inspect import with_task_checks
 from ..phases.load import tensor_mb
 from . import loop

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
+from ...core.verdict import PASS, WARN
 from ..context import RunContext
 from ..fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
-from ..phases.base import PASS, WARN, Outcome, PhaseFailure, PhaseRun, finite
+from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.load import tensor_mb
 from . import loop, replay
 from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
@@ -249,8 +251,6 @@ def _decode(tok: Any, ids: list[int]) -> str:
 def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The export reloaded with from_pretrained (+ the adapter) in a new process: its logits and
     replies must be the exported model's."""
-    from safetensors.torch import save_file
-
     exported = ctx.memo.get(EXPORT_MEMO)
     if exported is None:
         raise PhaseFailure("export has not run in this runner: nothing to reload")

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..memory_estimate.fake_run import ModelSource, NotEstimable
 from ..memory_estimate.sources import materialize, pad_to
@@ -35,7 +36,6 @@ def trainer_source(adapter: Any, model: torch.nn.Module) -> ModelSource:
     cls, dtype = type(model), next(model.parameters()).dtype
 
     def build() -> torch.nn.Module:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         # On the meta device outside the fake mode, then every tensor a fake one (sources.py).
         with unset_fake_temporarily(), torch.device("meta"):

@@ -13,6 +13,11 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
+
+from ..fresh_process import run_fresh_process, write_result
+from ..lifetime import die_with_parent
+from .replay import reload_export, view
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,12 +32,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def reload(args: argparse.Namespace) -> None:
-    from safetensors.torch import load_file
-
-    from ..fresh_process import write_result
-    from ..lifetime import die_with_parent
-    from .replay import reload_export, view
-
     die_with_parent()
     if args.threads:
         torch.set_num_threads(args.threads)  # the same CPU reduction split as the runner's
@@ -44,8 +43,6 @@ def reload(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    from ..fresh_process import run_fresh_process
-
     args = _parser().parse_args()
     return run_fresh_process(lambda: reload(args))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 
 # Tokens generated per replayed input at most (a reply stops at an end token before).
 BUDGET = 16
@@ -55,10 +56,9 @@ def view(
 def reload_export(path: Path, adapter_only: bool, model_class: str = "") -> torch.nn.Module:
     """The exported folder as a user loads it: `from_pretrained` (the adapter onto its base)."""
     if adapter_only:
+        # peft is in the hf extra, and only a trainer that trains an adapter needs it.
         from peft import AutoPeftModelForCausalLM
 
         return AutoPeftModelForCausalLM.from_pretrained(str(path))
-    import transformers
-
     cls = getattr(transformers, model_class, None) or transformers.AutoModelForCausalLM
     return cls.from_pretrained(str(path))

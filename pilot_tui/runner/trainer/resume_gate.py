@@ -4,13 +4,18 @@ k+1…k+n must be bitwise the same."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import numpy as np
 import torch
+import transformers
+from packaging.version import Version
 
+from ...core.verdict import PASS, WARN
 from ..context import RunContext
 from ..fresh_process import FreshProcessFailed, start_fresh_process
-from ..phases.base import PASS, WARN, Outcome, PhaseFailure, PhaseRun
+from ..phases.base import Outcome, PhaseFailure, PhaseRun
 from . import loop
 from .registry import adapter_of, body, from_start, probe_for, trainer_of
 from .settings import RESUME_REFUSED
@@ -27,10 +32,6 @@ def _same(a: Any, b: Any) -> bool:
 def collator_draws(adapter: Any, rows: int = 4) -> bool:
     """Whether the trainer's collator gives other batches under other RNG states (masking,
     augmentation, random truncation): collated twice, seeded apart, every RNG put back after."""
-    import random
-
-    import numpy as np
-
     train = adapter.train
     chosen = [train.dataset[i] for i in range(min(rows, len(train)))]
     py, npy = random.getstate(), np.random.get_state()
@@ -50,9 +51,6 @@ def collator_draws(adapter: Any, rows: int = 4) -> bool:
 
 def resume_causes(trainer: Any, adapter: Any = None) -> tuple[list[str], list[str]]:
     """(refusals, known library causes of inexactness) for this trainer's settings."""
-    import transformers
-    from packaging.version import Version
-
     a = trainer.args
     refused = [f"{k} = true: {why}" for k, why in RESUME_REFUSED.items() if getattr(a, k, False)]
     causes = []

@@ -15,6 +15,16 @@ from pathlib import Path
 
 import torch
 
+from ...core.hashing import sha256_file
+from ...core.spec import load_spec
+from ..fresh_process import RESULT_FILE, run_fresh_process
+from ..lifetime import die_with_parent
+from .campaign import capture_for
+from .loop import train_steps
+from .probe import StepProbe
+from .resume_gate import hexes
+from .settings import apply_pilot_settings
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pilot_tui.runner.trainer.resume_worker")
@@ -29,16 +39,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def resume(args: argparse.Namespace) -> None:
-    from ...core.hashing import sha256_file
-    from ...core.spec import load_spec
-    from ..fresh_process import RESULT_FILE
-    from ..lifetime import die_with_parent
-    from .campaign import capture_for
-    from .loop import train_steps
-    from .probe import StepProbe
-    from .resume_gate import hexes
-    from .settings import apply_pilot_settings
-
     die_with_parent()
     if args.threads:
         torch.set_num_threads(args.threads)  # CPU reductions split by thread: same split, same bits
@@ -60,8 +60,6 @@ def resume(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    from ..fresh_process import run_fresh_process
-
     args = _parser().parse_args()
     return run_fresh_process(lambda: resume(args))
 

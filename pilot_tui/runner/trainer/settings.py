@@ -10,6 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_utils import IntervalStrategy, SaveStrategy
+
 # Settings that make a resume test meaningless: refused by the resume gate, named.
 RESUME_REFUSED = {
     "save_only_model": "a checkpoint without optimizer, scheduler and RNG state cannot resume exactly",
@@ -28,8 +32,6 @@ def _set(args: Any, changes: list[str], key: str, value: Any, why: str = "") -> 
 
 def integration_callbacks(trainer: Any) -> list[Any]:
     """The reporting integrations (wandb, tensorboard, mlflow…) the trainer was built with."""
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
     kinds = tuple(INTEGRATION_TO_CALLBACK.values())
     return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, kinds)]
 
@@ -37,9 +39,6 @@ def integration_callbacks(trainer: Any) -> list[Any]:
 def apply_pilot_settings(trainer: Any, output_dir: Path) -> list[str]:
     """Logging every step, no reporting, no evaluation or save unless the pilot asks, outputs in
     the record's folder, never a hub push. Returns the changes, one line each."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from transformers.trainer_utils import IntervalStrategy, SaveStrategy
-
     args, changes = trainer.args, []
     _set(args, changes, "output_dir", str(output_dir), "inside the record's folder")
     _set(args, changes, "logging_strategy", IntervalStrategy.STEPS)

@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ...core.rows import PhaseRow
 from ..state import fmt_value
 
 TOKEN_STYLES = {
@@ -93,14 +94,13 @@ def checks_table(checks: list[dict[str, Any]]) -> Table:
     return table
 
 
-def render_inspect(row: dict[str, Any] | None) -> RenderableType:
+def render_inspect(row: PhaseRow | None) -> RenderableType:
     """The inspect row: tokens coloured by role, each example's summary and flags, the checks."""
-    if not row:
+    if row is None:
         return Text(NO_INSPECT, style="dim")
-    details = dict(row.get("details") or {})
-    verdict = str(row.get("verdict", "?"))
+    details = dict(row.details)
     parts: list[RenderableType] = [
-        Text(f"inspect: {verdict} — {row.get('reason', '')}", style=VERDICT_STYLES.get(verdict, "bold")),
+        Text(f"inspect: {row.verdict} — {row.reason}", style=VERDICT_STYLES.get(row.verdict, "bold")),
     ]
     checks = details.pop("checks", None) or []
     if checks:
@@ -162,10 +162,10 @@ class BatchPane(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(Text(NO_INSPECT, style="dim"), id="batch-body")
 
-    _row: dict[str, Any] | None = None
+    _row: PhaseRow | None = None
     _drawn = False
 
-    def show(self, row: dict[str, Any] | None) -> None:
+    def show(self, row: PhaseRow | None) -> None:
         """Draw the inspected batch once per row: a visit to the pane re-renders nothing (rows are
         replaced when a step re-runs, never mutated, so identity says whether it changed)."""
         if self._drawn and row is self._row:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any
@@ -17,22 +18,21 @@ from textual_plotext import PlotextPlot
 from ...analysis import board
 from ...analysis.board import parse_run_name, split_run_id
 from ...core import dimensions
-from ...core.rows import PEAK_KEYS, Memory
+from ...core.rows import PEAK_KEYS, Memory, RunRow
 from ..state import fmt_value
 
 RUN_COLUMNS = ("run", "lr", "seed", "status", "stop", "last loss", "best val")
 STATUS_STYLE = {"running": "bold cyan", "done": "green", "completed": "green", "stopped": "yellow"}
 
 
-def last_loss(run: dict[str, Any]) -> float | None:
-    losses = run.get("losses") or []
-    return losses[-1] if losses else None
+def last_loss(run: RunRow) -> float | None:
+    return run.losses[-1] if run.losses else None
 
 
-def best_validation(run: dict[str, Any]) -> float | None:
-    if isinstance(run.get("best_validation"), int | float):
-        return run["best_validation"]
-    best = board.best_validation(run.get("validation") or [])  # a live run: same rule as its row
+def best_validation(run: RunRow) -> float | None:
+    if run.best_validation is not None:
+        return run.best_validation
+    best = board.best_validation(run.validation)  # a live run: same rule as its row
     return best[0] if best else None
 
 
@@ -73,24 +73,22 @@ def integer_ticks(last: int, count: int = 6) -> list[int]:
     return list(range(0, last + step, step))
 
 
-def run_cells(run: dict[str, Any]) -> tuple[Any, ...]:
-    if "lr" not in run:  # a live run before its row: its name says its LR and seed
-        try:
-            lr, seed = parse_run_name(split_run_id(str(run.get("id", "")))[0])
-            run = run | {"lr": lr, "seed": seed}
-        except ValueError:
-            pass
-    status = str(run.get("status", ""))
-    stop = run.get("stop_cause", "") or ""
-    if stop and run.get("stop_step") is not None:
-        stop = f"{stop} @{run['stop_step']}"
+def run_cells(run: RunRow) -> tuple[Any, ...]:
+    lr, seed = run.lr, run.seed
+    if lr is None:  # a live run before its row: its name says its LR and seed
+        with contextlib.suppress(ValueError):
+            lr, seed = parse_run_name(split_run_id(run.id)[0])
+    status = run.status
+    stop = run.stop_cause
+    if stop and run.stop_step is not None:
+        stop = f"{stop} @{run.stop_step}"
     # Text, never str: a DataTable reads a str cell as markup, and a run id is record text.
     return (
-        Text(run_name(str(run.get("id", "?")))),
-        Text(fmt_value(run.get("lr", ""))),
-        Text(str(run.get("seed", ""))),
+        Text(run_name(run.id or "?")),
+        Text(fmt_value(lr if lr is not None else "")),
+        Text(str(seed if seed is not None else "")),
         Text(status, style=STATUS_STYLE.get(status, "red" if "fail" in status or "diverg" in status else "")),
-        Text(str(stop)),
+        Text(stop),
         Text(fmt_value(last_loss(run)) if last_loss(run) is not None else "—"),
         Text(fmt_value(best_validation(run)) if best_validation(run) is not None else "—"),
     )
@@ -194,7 +192,7 @@ class BoardPane(Vertical):
             table.add_column(name, key=name)
         self._signature: tuple[Any, ...] = ()
         self._plotted_at = 0.0
-        self._pending: list[dict[str, Any]] | None = None
+        self._pending: list[RunRow] | None = None
         self._decision: Any = None
         self._variants: Any = None
         self._cells: dict[str, tuple[Any, ...]] = {}
@@ -204,7 +202,7 @@ class BoardPane(Vertical):
 
     def show(
         self,
-        runs: list[dict[str, Any]],
+        runs: list[RunRow],
         variants: list[dict[str, Any]],
         board: dict[str, Any] | None = None,
     ) -> None:
@@ -220,7 +218,7 @@ class BoardPane(Vertical):
         table.display = bool(runs)
         self.query_one(PlotextPlot).display = bool(runs)
         for run in runs:
-            key = str(run.get("id"))
+            key = run.id
             cells = run_cells(run)
             shown = self._cells.get(key)
             if key not in table.rows:
@@ -233,10 +231,7 @@ class BoardPane(Vertical):
                         wider = cell_len(str(value)) > table.columns[column].content_width
                         table.update_cell(key, column, value, update_width=wider)
             self._cells[key] = cells
-        signature = tuple(
-            (r.get("id"), r.get("version"), len(r.get("losses") or []), len(r.get("validation") or []))
-            for r in runs
-        )
+        signature = tuple((r.id, r.version, len(r.losses), len(r.validation)) for r in runs)
         if signature != self._signature:
             self._signature = signature
             self._plot_soon(runs)
@@ -244,7 +239,7 @@ class BoardPane(Vertical):
             self._variants = variants
             self.query_one("#variants", Static).update(variants_table(variants) if variants else "")
 
-    def _plot_soon(self, runs: list[dict[str, Any]]) -> None:
+    def _plot_soon(self, runs: list[RunRow]) -> None:
         """Plot after the next frame (at most every PLOT_PERIOD_S), never inside the call that
         asked: a switch to this pane shows the curves last built at once, and the new ones a
         frame later, so the key's answer does not wait for plotext."""
@@ -266,7 +261,7 @@ class BoardPane(Vertical):
         if runs is not None:
             self._plot(runs)
 
-    def _plot(self, runs: list[dict[str, Any]]) -> None:
+    def _plot(self, runs: list[RunRow]) -> None:
         self._plotted_at = time.monotonic()
         widget = self.query_one(PlotextPlot)
         width = max(widget.size.width - 8, 10)
@@ -274,21 +269,21 @@ class BoardPane(Vertical):
         plt.clear_data()
         last = 1
         for run in runs:
-            losses = run.get("losses") or []
+            losses = list(run.losses)
             if losses:
-                xs, ys = downsample(losses, width, run.get("loss_updates"))
+                xs, ys = downsample(losses, width, list(run.loss_updates or []) or None)
                 keep = [(x, y) for x, y in zip(xs, ys, strict=True) if isinstance(y, int | float)]
                 if keep:
                     plt.plot(
                         [x for x, _ in keep],
                         [y for _, y in keep],
-                        label=run_name(str(run.get("id"))),
+                        label=run_name(run.id),
                         marker="braille",
                     )
                     last = max(last, int(xs[-1]))
-            points = [p for p in run.get("validation") or [] if isinstance(p, dict) and "loss" in p]
+            points = run.validation_points()
             if points:
-                plt.scatter([p.get("update", 0) for p in points], [p["loss"] for p in points], marker="x")
+                plt.scatter([u for u, _ in points], [loss for _, loss in points], marker="x")
         ticks = integer_ticks(last)
         plt.xticks(ticks, [str(t) for t in ticks])
         widget.version += 1

@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
+from ...core.rows import RankRow
 from ..cpu import CpuSample
 from ..nvml import GpuSample, NvmlSnapshot, campaign_gpus, match_runner
 from ..ranks import rank_table
@@ -244,7 +245,7 @@ class CountersPane(VerticalScroll):
             )
             self._set("#cpu", lambda: cpu_table(sample), (sample.system_total_mb is None,), key=key)
 
-    def show_ranks(self, step: str, ranks: Sequence[dict[str, Any]]) -> None:
+    def show_ranks(self, step: str, ranks: Sequence[RankRow]) -> None:
         """The last phase that ran on several ranks: one line per rank (R22)."""
         if not ranks:
             return

@@ -11,6 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey
 
+from ...core.rows import PhaseRow
 from ..ranks import rank_table
 from ..state import (
     FAIL,
@@ -60,15 +61,15 @@ def fit(text: str, width: int) -> str:
 def row_cells(
     gate: GateState, started: float | None, now: float, reason_width: int = 200, noted: bool = False
 ) -> tuple[Text, ...]:
-    memory = gate.row.get("memory", {}) if gate.row else {}
-    alloc, reserved = memory_columns(memory) if gate.row else ("", "")
-    if gate.row:
-        duration = fmt_duration(gate.row.get("duration_s"))
+    row = gate.row
+    alloc, reserved = memory_columns(row.memory) if row is not None else ("", "")
+    if row is not None:
+        duration = fmt_duration(row.duration_s)
     elif gate.status == RUNNING and started is not None:
         duration = f"{int(now - started)} s"  # whole seconds: the cell changes once a second
     else:
         duration = ""
-    reason = gate.row.get("reason", "") if gate.row else gate.message
+    reason = _reason(gate)
     # Text, not str: a DataTable reads str cells as markup, and `phase [variant]` is not markup.
     return (
         Text(MARKS.get(gate.status, "?"), style=STYLES.get(gate.status, "dim")),
@@ -77,7 +78,7 @@ def row_cells(
         Text(duration),
         Text(alloc),
         Text(reserved),
-        Text(fit(" ".join(str(reason).split()), reason_width), no_wrap=True),
+        Text(fit(reason, reason_width), no_wrap=True),
     )
 
 
@@ -90,18 +91,18 @@ def detail(gate: GateState, notes: list[str] | None = None) -> Table:
     grid.add_row("step", Text(f"{gate.key}  ({gate.status})"))
     for text in notes or []:
         grid.add_row("note", Text(text, style="italic"))
-    if row.get("reason"):
-        grid.add_row("reason", Text(str(row["reason"]), style=STYLES.get(gate.status, "")))
-    if row.get("started"):
-        grid.add_row("started", Text(str(row["started"])))
+    if row is not None and row.reason:
+        grid.add_row("reason", Text(row.reason, style=STYLES.get(gate.status, "")))
+    if row is not None and row.started:
+        grid.add_row("started", Text(row.started))
     if gate.status == RUNNING and gate.total:
         loss = f", loss {gate.loss:.4f}" if gate.loss is not None else ""
         grid.add_row("progress", Text(f"{gate.done}/{gate.total}{loss} {gate.message}"))
-    params = row.get("params") or gate.params
+    params = (row.params if row is not None else None) or gate.params
     for title, section in (
         ("params", params),
-        ("memory", row.get("memory")),
-        ("details", row.get("details")),
+        ("memory", row.memory.values if row is not None else None),
+        ("details", row.details if row is not None else None),
     ):
         if not section:
             continue
@@ -109,17 +110,17 @@ def detail(gate: GateState, notes: list[str] | None = None) -> Table:
         grid.add_row(Text(title, style="bold underline"), "")
         for key, value in section.items():
             grid.add_row(Text(f"  {key}"), Text(fmt_value(value)))
-        if title == "memory":
+        if title == "memory" and row is not None:
             add_ranks(grid, row)
-    if not row and not params:
+    if row is None and not params:
         grid.add_row("", Text("not run yet", style="dim"))
     return grid
 
 
 def summary(gate: GateState, notes: list[str] | None = None, width: int = 0) -> Text:
     """The one-line detail of a collapsed box: step, status, reason (d shows the rest)."""
-    if gate.row:
-        reason = gate.row.get("reason", "")
+    if gate.row is not None:
+        reason = gate.row.reason
     elif gate.status == RUNNING:
         loss = f", loss {gate.loss:.4f}" if gate.loss is not None else ""
         reason = f"{gate.done}/{gate.total}{loss} {gate.message}" if gate.total else "started"
@@ -136,9 +137,9 @@ def summary(gate: GateState, notes: list[str] | None = None, width: int = 0) -> 
     return text
 
 
-def add_ranks(grid: Table, row: dict) -> None:
+def add_ranks(grid: Table, row: PhaseRow) -> None:
     """A phase run on several ranks: one line per rank under the worst rank's memory (R22)."""
-    ranks = row.get("ranks")
+    ranks = row.ranks
     if ranks:
         grid.add_row("", "")
         grid.add_row(Text(f"ranks ({len(ranks)})", style="bold underline"), "")
@@ -295,4 +296,5 @@ class GatesPane(Vertical):
 
 
 def _reason(gate: GateState) -> str:
-    return " ".join(str(gate.row.get("reason", "") if gate.row else gate.message).split())
+    """The reason on one line: the row's once it has one, else what the step is doing."""
+    return " ".join((gate.row.reason if gate.row is not None else gate.message).split())
