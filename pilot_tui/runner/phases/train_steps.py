@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ...analysis import rank_data
+from ...analysis.loss_trend import loss_trend
 from ...analysis.step_time import MeanInterval, mean_interval, updates_needed
 from ...core.verdict import WARN
 from .. import finiteness, objective_gate
@@ -353,8 +354,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     start = float(warmup.loss)
     details["loss_warmup"] = start
     warnings = []
-    if values[-1] >= start:
-        warnings.append(f"loss did not fall over {n + 1} updates ({start:.4g} -> {values[-1]:.4g})")
+    trend = loss_trend([start, *values])
+    if not trend.fell:
+        warnings.append(trend.said(n + 1))
     share, limit = details["data_wait_share"], ctx.spec.distributed.data_wait_warn
     # On CPU a tiny stand-in model's step lasts a millisecond, so any collate is a large share
     # of it and says nothing about the rented GPU: there only a wait that matters is warned about.

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from ...analysis.loss_trend import loss_trend
+from ...core.hashing import sha256_file
 from ...core.verdict import PASS, WARN
 from ..context import RunContext
 from ..fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
@@ -129,10 +131,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     bad = next((i for i, v in enumerate(losses) if not finite(v)), None)
     if bad is not None:
         raise PhaseFailure(f"non-finite loss at steady update {bad + 1}", details)
-    if losses[-1] >= losses[0]:
-        return Outcome(
-            WARN, f"loss did not fall over {n + 1} updates ({losses[0]:.4g} -> {losses[-1]:.4g})", details
-        )
+    trend = loss_trend(losses)
+    if not trend.fell:
+        return Outcome(WARN, trend.said(len(losses)), details)
     return Outcome(PASS, f"{n} timed updates, {details['step_time_s'] * 1000:.1f} ms each", details)
 
 
@@ -257,9 +258,12 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     tok = adapter_of(ctx).tokenizer
     work = ctx.work_dir / "trainer-final"
     work.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in exported["batch"].items()}, str(work / "row.safetensors"))
+    row_file = work / "row.safetensors"
+    save_file({k: v.contiguous() for k, v in exported["batch"].items()}, str(row_file))
     stops = sorted(adapter_of(ctx).ends)
-    request = {"batch": str(work / "row.safetensors"), "prompts": exported["prompts"], "stops": stops}
+    # The new process reads the row only through safe_load, against the hash written here.
+    row = {"path": str(row_file), "sha256": sha256_file(row_file), "size": row_file.stat().st_size}
+    request = {"batch": row, "prompts": exported["prompts"], "stops": stops}
     (work / "inputs.json").write_text(json.dumps(request))
     flags = ["--adapter-only"] if exported["adapter_only"] else []
     worker = start_fresh_process(

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from ..fresh_process import run_fresh_process, write_result
 from ..lifetime import die_with_parent
+from ..safe_load import load_tensors
 from .replay import reload_export, view
 
 
@@ -36,7 +36,7 @@ def reload(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)  # the same CPU reduction split as the runner's
     request = json.loads(args.inputs.read_text())
-    batch = load_file(request["batch"])
+    batch = load_tensors(request["batch"]["path"], request["batch"])
     model = reload_export(args.export, args.adapter_only, args.model_class)
     logits, replies = view(model, batch, request["prompts"], set(request["stops"]))
     write_result(args.out, {"replies": replies, "model": type(model).__name__}, {"logits": logits})

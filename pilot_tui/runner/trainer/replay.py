@@ -61,4 +61,4 @@ def reload_export(path: Path, adapter_only: bool, model_class: str = "") -> torc
 
         return AutoPeftModelForCausalLM.from_pretrained(str(path))
     cls = getattr(transformers, model_class, None) or transformers.AutoModelForCausalLM
-    return cls.from_pretrained(str(path))
+    return cls.from_pretrained(str(path), use_safetensors=True)  # never a pickle fallback
