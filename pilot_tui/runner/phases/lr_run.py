@@ -221,26 +221,11 @@ def predictions(ctx: RunContext, state: TrainState, run_id: str) -> dict[str, An
     return artifact_entry(path, "run_predictions", format="json")
 
 
-class _Live:
-    """Throttled RunUpdate events for the board: ≤ 10 a second, plus every validation."""
-
-    def __init__(self, ctx: RunContext, run_id: str) -> None:
-        self.ctx, self.run_id, self.last = ctx, run_id, 0.0
-
-    def send(self, update: int, loss: float, validation: float | None = None, status: str = "running"):
-        now = time.monotonic()
-        if validation is None and status == "running" and now - self.last < UPDATE_PERIOD_S:
-            return
-        self.last = now
-        self.ctx.emit(RunUpdate(self.run_id, update, loss, validation, status))
-
-
-@phase("lr_run")
-def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
-    plan = plan_run(ctx, run)  # a refusal ends here: fail row, no [[runs]] entry, no id used
+def run_row(ctx: RunContext, run: PhaseRun, plan: RunPlan) -> dict[str, Any]:
+    """A `[[runs]]` entry as it starts: declared budget, configuration, nothing trained yet. The
+    pilot's own loop and the trainer adapter's both start from it."""
     cfg, board = plan.config, plan.board
-    t0 = time.perf_counter()
-    row: dict[str, Any] = {
+    return {
         "id": plan.run_id,
         "step": run.step.key,
         "lr": plan.lr,
@@ -265,7 +250,29 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
         "losses": [],
         "validation": [],
     }
-    live = _Live(ctx, plan.run_id)
+
+
+class LiveRun:
+    """Throttled RunUpdate events for the board: ≤ 10 a second, plus every validation."""
+
+    def __init__(self, ctx: RunContext, run_id: str) -> None:
+        self.ctx, self.run_id, self.last = ctx, run_id, 0.0
+
+    def send(self, update: int, loss: float, validation: float | None = None, status: str = "running"):
+        now = time.monotonic()
+        if validation is None and status == "running" and now - self.last < UPDATE_PERIOD_S:
+            return
+        self.last = now
+        self.ctx.emit(RunUpdate(self.run_id, update, loss, validation, status))
+
+
+@phase("lr_run")
+def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
+    plan = plan_run(ctx, run)  # a refusal ends here: fail row, no [[runs]] entry, no id used
+    board = plan.board
+    t0 = time.perf_counter()
+    row = run_row(ctx, run, plan)
+    live = LiveRun(ctx, plan.run_id)
     try:
         state = _train(ctx, run, plan, row, live)
     except BaseException as exc:
@@ -273,7 +280,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
         cancelled = isinstance(exc, Cancelled)
         row["status"] = "cancelled" if cancelled else "failed"
         row["reason"] = CANCELLED_BY_USER if cancelled else exception_line(exc)
-        _finish(ctx, row, t0, live)
+        finish_run(ctx, row, t0, live)
         raise
     try:
         row["predictions"] = predictions(ctx, state, plan.run_id)
@@ -287,7 +294,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
                 | {"phase": "lr_run", "variant": plan.run_id, "step": row["updates_done"]},
             )
         )
-    _finish(ctx, row, t0, live)
+    finish_run(ctx, row, t0, live)
     details = {
         k: row[k]
         for k in (
@@ -312,7 +319,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
     )
 
 
-def _train(ctx: RunContext, run: PhaseRun, plan: RunPlan, row: dict[str, Any], live: _Live) -> TrainState:
+def _train(ctx: RunContext, run: PhaseRun, plan: RunPlan, row: dict[str, Any], live: LiveRun) -> TrainState:
     """The run's loop; fills `row` as it goes so that a failure still leaves what was measured."""
     cfg, board = plan.config, plan.board
     stop = board.stop
@@ -382,7 +389,7 @@ def _train(ctx: RunContext, run: PhaseRun, plan: RunPlan, row: dict[str, Any], l
     return state
 
 
-def _finish(ctx: RunContext, row: dict[str, Any], t0: float, live: _Live) -> None:
+def finish_run(ctx: RunContext, row: dict[str, Any], t0: float, live: LiveRun) -> None:
     """Close the run: its last live event, then its one `[[runs]]` row."""
     row["duration_s"] = round(time.perf_counter() - t0, 3)
     losses = row["losses"]

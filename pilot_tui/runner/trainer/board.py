@@ -8,7 +8,6 @@ The run's `[[runs]]` row has the fields the board and the plan read (phases/lr_r
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import math
 import time
@@ -22,7 +21,7 @@ from ...core.reasons import exception_line
 from ...core.verdict import CANCELLED_BY_USER
 from ..context import Cancelled, RunContext
 from ..phases.base import Outcome, PhaseRun
-from ..phases.lr_run import FIRST_BATCHES, VERDICTS, _finish, _Live, plan_run, stop_cause
+from ..phases.lr_run import FIRST_BATCHES, VERDICTS, LiveRun, finish_run, plan_run, run_row, stop_cause
 from . import loop
 from .probe import parameter_digest
 from .registry import body, from_start, trainer_of
@@ -31,7 +30,9 @@ from .registry import body, from_start, trainer_of
 class BoardProbe(TrainerCallback):
     """Per update: the logged loss, the declared stop causes, a validation every N updates."""
 
-    def __init__(self, ctx: RunContext, run: PhaseRun, row: dict[str, Any], live: _Live, board: Any) -> None:
+    def __init__(
+        self, ctx: RunContext, run: PhaseRun, row: dict[str, Any], live: LiveRun, board: Any
+    ) -> None:
         self.ctx, self.run, self.row, self.live, self.board = ctx, run, row, live, board
         self.initial = math.nan
         self.best, self.since_best = math.inf, 0
@@ -106,33 +107,9 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
     cfg, board = plan.config, plan.board
     trainer = trainer_of(ctx)
     t0 = time.perf_counter()
-    row: dict[str, Any] = {
-        "id": plan.run_id,
-        "step": run.step.key,
-        "lr": plan.lr,
-        "seed": plan.seed,
-        "attempt": plan.attempt,
-        "retry_of": plan.retry_of,
-        "control": plan.lr == board.control,
-        "status": "running",
-        "stop_cause": "",
-        "stop_step": 0,
-        "reason": "",
-        "spec_sha256": ctx.loaded.sha256,
-        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "updates": board.updates,
-        "updates_done": 0,
-        "validate_every": board.validate_every,
-        "microbatch": cfg.microbatch,
-        "accumulation": cfg.accumulation,
-        "effective_batch": cfg.effective_batch,
-        "max_length": cfg.max_length,
-        "precision": cfg.precision,
-        "losses": [],
-        "validation": [],
-        "trainer": "the script's own train() with args.learning_rate set; its own evaluate()",
-    }
-    live = _Live(ctx, plan.run_id)
+    row = run_row(ctx, run, plan)
+    row["trainer"] = "the script's own train() with args.learning_rate set; its own evaluate()"
+    live = LiveRun(ctx, plan.run_id)
     a = trainer.args
     saved = (a.learning_rate, a.seed)
     try:
@@ -161,7 +138,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
         cancelled = isinstance(exc, Cancelled)
         row["status"] = "cancelled" if cancelled else "failed"
         row["reason"] = CANCELLED_BY_USER if cancelled else exception_line(exc)
-        _finish(ctx, row, t0, live)
+        finish_run(ctx, row, t0, live)
         raise
     finally:
         a.learning_rate, a.seed = saved
@@ -179,7 +156,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
     if best is not None:
         row["best_validation"], row["best_validation_update"] = best
     row["reason"] += f"; final validation {row['final_validation']:.4g}"
-    _finish(ctx, row, t0, live)
+    finish_run(ctx, row, t0, live)
     keys = ("id", "status", "stop_cause", "stop_step", "updates_done", "initial_loss", "final_loss")
     details = {k: row[k] for k in (*keys, "final_validation", "best_validation", "retry_of") if k in row}
     return Outcome(
