@@ -34,7 +34,7 @@ import torch.distributed as dist
 from ...core.reasons import first_line
 from ...core.spec import SpecError, endpoint_ok, load_spec
 from ..fresh_process import task_file_sha256
-from .group import die_with_launcher, root_cause, torchrun_command
+from .group import root_cause, start_torchrun, torchrun_command
 
 POLL_S = 0.2
 CONNECT_WAIT_S = 600.0  # how long an agent started before the dashboard waits for its store
@@ -143,20 +143,8 @@ class Agent:
             launch, self.endpoint, Path(loaded.path), loaded.sha256, self.work_dir, node=node
         )
         log_path = self.work_dir / f"torchrun-g{launch['generation']}.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(launch["threads"]))
         print(f"pilot-tui agent: group {launch['generation']}: node {node} joins", flush=True)
-        with open(log_path, "wb") as log:
-            # Its own session (one killpg ends it), and it dies with the agent: a node whose agent
-            # is killed loses its ranks too, as a node that goes down does.
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=die_with_launcher,
-            )
+        proc = start_torchrun(cmd, log_path, int(launch["threads"]))
         ended_by_runner = False
         while proc.poll() is None:
             if self.stop.is_set() or group.check(["abort"]) or self._newer(launch):

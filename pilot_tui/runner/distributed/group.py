@@ -205,19 +205,7 @@ class RankGroup:
             cmd = torchrun_command(
                 rank_args | {"store_port": tcp.port}, "", spec_path, spec_sha256, work_dir, node=0
             )
-        # The ranks get the runner's reproducibility settings (cuBLAS workspace) as workers do.
-        env = dict(apply_spawn_env(dict(os.environ)), PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
-        with open(log_path, "wb") as log:
-            # Its own session: the whole tree (agent and ranks) can be ended by one killpg.
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=die_with_launcher,
-            )
+        proc = start_torchrun(cmd, log_path, threads)
         group = cls(
             world,
             backend,
@@ -510,6 +498,25 @@ def die_with_launcher() -> None:
     # killed, the kernel ends torchrun too, and the ranks die with torchrun. No orphans.
     if _LIBC is not None:
         _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def start_torchrun(cmd: list[str], log_path: Path, threads: int) -> subprocess.Popen:
+    """One node's torchrun (agent and ranks), on this node's runner or a `pilot-tui agent`.
+
+    Every node's ranks get the runner's reproducibility settings (cuBLAS workspace) as fresh
+    workers do. Its own session, so one killpg ends the whole tree; it dies with its launcher, as
+    a node that goes down loses its ranks."""
+    env = dict(apply_spawn_env(dict(os.environ)), PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_launcher,
+        )
 
 
 def torchrun_command(
