@@ -2,9 +2,13 @@
 README points; the wheel ships it as `pilot_tui/campaigns` so a non-editable install runs the demo.
 (pyproject.toml alone cannot add a package that lives outside the package folder.)"""
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 setup(
-    packages=[*find_packages(include=["pilot_tui", "pilot_tui.*"]), "pilot_tui.campaigns"],
+    # Namespace packages too (runner/distributed has no __init__.py), as pyproject's find did.
+    packages=[
+        *find_namespace_packages(include=["pilot_tui", "pilot_tui.*"], exclude=["*.__pycache__"]),
+        "pilot_tui.campaigns",
+    ],
     package_dir={"pilot_tui.campaigns": "campaigns"},
 )

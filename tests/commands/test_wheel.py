@@ -46,6 +46,12 @@ def test_the_wheel_ships_the_demo_campaigns_and_no_records(tmp_path):
     assert shipped == readable and "demo.toml" in shipped
     assert not [n for n in names if "records" in n.split("/")]
     assert "pilot_tui/tui/app.tcss" in names
+    # Every module of the source tree is in the wheel (a folder without __init__.py included).
+    source = {
+        str(p.relative_to(ROOT)) for p in (ROOT / "pilot_tui").rglob("*.py") if "__pycache__" not in p.parts
+    }
+    assert source - set(names) == set()
+    assert not [n for n in names if "__pycache__" in n]
 
     # Installed (unpacked on the path, outside any checkout): the demo is the packaged copy and its
     # records go to the working folder, never into the install.
