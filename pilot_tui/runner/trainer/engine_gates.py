@@ -61,7 +61,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     from_start(ctx)
     rows = _accumulation_rows(ctx)
     run.current_input = {"accumulation_check_examples": len(rows)}
-    check = loop.accumulation_check(trainer, rows, adapter.train.collate_fn)
+    check, items = loop.accumulation_check(trainer, rows, adapter.train.collate_fn)
     probe = probe_for(ctx, run)
     run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "update": 1}
     loop.train_steps(trainer, 1, probe)
@@ -76,15 +76,12 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         "train_batch_size": trainer._train_batch_size,
         "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
         "activation_checkpointing": loop.checkpointing(trainer.args),
-        "accumulation": check.details(),
+        "accumulation": check.as_dict() | items,
         "ran": "the trainer's own train() for max_steps = 1",
     }
     if not check.ok:
         raise PhaseFailure(
-            f"one update over the same {check.examples} examples as (microbatch {check.examples}, accumulation 1) "
-            f"and as (microbatch 1, accumulation {check.examples}) differs: loss {check.loss_whole:.6g} vs "
-            f"{check.loss_accumulated:.6g}, gradient {check.grad_rel_diff:.3g} apart (tolerance "
-            f"{check.tolerance:g}): the loss normalisation weighs microbatches, not tokens (a compute_loss "
+            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (a compute_loss "
             "that averages per microbatch and ignores num_items_in_batch?)",
             details,
         )

@@ -4,13 +4,12 @@ put back between gates, and the accumulation check on its own `training_step`.""
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
+from ..objective_checks import AccumulationCheck, compare_accumulation
 from .probe import StepProbe
 
 
@@ -107,72 +106,45 @@ def no_dropout(model: torch.nn.Module) -> Iterator[None]:
             m.p = p
 
 
-def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
-    parts = [p.grad.detach().float().reshape(-1) for p in model.parameters() if p.grad is not None]
-    return torch.cat(parts).cpu() if parts else torch.zeros(0)
+def _update_on(trainer: Any) -> Callable[[Sequence[dict[str, Any]]], torch.Tensor]:
+    """One update's forward and backward as the trainer's loop runs it (the window's normaliser
+    from `_get_num_items_in_batch`, `current_gradient_accumulation_steps`, `training_step`): the
+    `compute` the shared accumulation check calls on each grouping."""
 
+    def compute(batches: Sequence[dict[str, Any]]) -> torch.Tensor:
+        num_items = trainer._get_num_items_in_batch(list(batches), trainer.args.device)
+        trainer.current_gradient_accumulation_steps = len(batches)
+        return sum(trainer.training_step(trainer.model, b, num_items).float().cpu() for b in batches)
 
-def _one_update(trainer: Any, batches: list[dict[str, Any]]) -> tuple[float, torch.Tensor, Any]:
-    """One update's forward and backward as the trainer's loop runs it: the window's normaliser
-    from `_get_num_items_in_batch`, `current_gradient_accumulation_steps`, `training_step`."""
-    model = trainer.model
-    model.zero_grad(set_to_none=True)
-    num_items = trainer._get_num_items_in_batch(batches, trainer.args.device)
-    trainer.current_gradient_accumulation_steps = len(batches)
-    loss = 0.0
-    for batch in batches:
-        loss += float(trainer.training_step(model, batch, num_items))
-    grads = _flat_grads(model)
-    model.zero_grad(set_to_none=True)
-    count = int(num_items) if num_items is not None else None
-    return loss, grads, count
-
-
-@dataclass
-class AccumulationCheck:
-    """(microbatch N, accumulation 1) against (microbatch 1, accumulation N) on the same examples."""
-
-    examples: int
-    loss_whole: float
-    loss_accumulated: float
-    grad_rel_diff: float
-    loss_rel_diff: float
-    num_items_whole: int | None
-    num_items_accumulated: int | None
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return self.grad_rel_diff <= self.tolerance and self.loss_rel_diff <= self.tolerance
-
-    def details(self) -> dict[str, Any]:
-        return {
-            "examples": self.examples,
-            "loss_microbatch_n": self.loss_whole,
-            "loss_accumulated_n": self.loss_accumulated,
-            "loss_rel_diff": self.loss_rel_diff,
-            "grad_rel_diff": self.grad_rel_diff,
-            "num_items_microbatch_n": self.num_items_whole,
-            "num_items_accumulated_n": self.num_items_accumulated,
-            "tolerance": self.tolerance,
-            "ok": self.ok,
-        }
+    return compute
 
 
 def accumulation_check(
     trainer: Any, rows: list[Any], collate: Any, tolerance: float = 1e-3
-) -> AccumulationCheck:
-    """The gradient of one update must not depend on how it is cut into microbatches: a loss
-    that averages per microbatch weighs a 3-token microbatch like a 30-token one."""
+) -> tuple[AccumulationCheck, dict[str, Any]]:
+    """The gradient of one update must not depend on how it is cut into microbatches (a loss that
+    averages per microbatch weighs a 3-token microbatch like a 30-token one): the pilot's own
+    check (`objective_checks.compare_accumulation`, gradient fingerprints, no copy of the
+    gradients held) on the trainer's `training_step`. With it, the normaliser each grouping got."""
     model = trainer.model
     saved_steps = getattr(trainer, "current_gradient_accumulation_steps", 1)
-    with no_dropout(model):
-        whole_loss, whole, whole_items = _one_update(trainer, [collate(rows)])
-        acc_loss, acc, acc_items = _one_update(trainer, [collate([r]) for r in rows])
-    trainer.current_gradient_accumulation_steps = saved_steps
-    scale = float(whole.norm()) or 1.0
-    grad_rel = float((whole - acc).norm()) / scale if whole.numel() == acc.numel() else math.inf
-    loss_rel = abs(whole_loss - acc_loss) / max(abs(whole_loss), 1e-12)
-    return AccumulationCheck(
-        len(rows), whole_loss, acc_loss, grad_rel, loss_rel, whole_items, acc_items, tolerance
-    )
+    wide, narrow = [collate(rows)], [collate([r]) for r in rows]
+    params = [p for p in model.parameters() if p.requires_grad]
+    lengths = [int((b["labels"][..., 1:] != -100).sum()) if "labels" in b else 0 for b in narrow]
+    try:
+        with no_dropout(model):
+            check = compare_accumulation(
+                _update_on(trainer), params, wide, narrow, lengths=lengths, tolerance=tolerance
+            )
+    finally:
+        trainer.current_gradient_accumulation_steps = saved_steps
+    items = {
+        "num_items_microbatch_n": _items(trainer, wide),
+        "num_items_accumulated_n": _items(trainer, narrow),
+    }
+    return check, items
+
+
+def _items(trainer: Any, batches: list[dict[str, Any]]) -> int | None:
+    n = trainer._get_num_items_in_batch(batches, trainer.args.device)
+    return int(n) if n is not None else None
