@@ -73,7 +73,8 @@ def row_cells(
     # Text, not str: a DataTable reads str cells as markup, and `phase [variant]` is not markup.
     return (
         Text(MARKS.get(gate.status, "?"), style=STYLES.get(gate.status, "dim")),
-        Text(fit(gate.label + (" ✎" if noted else ""), LABEL_WIDTH)),
+        # The mark is kept whole: a long label is cut first (`serving_check [control]` is 23).
+        Text(fit(gate.label, LABEL_WIDTH - 2) + " ✎" if noted else fit(gate.label, LABEL_WIDTH)),
         status_cell(gate),
         Text(duration),
         Text(alloc),
