@@ -218,13 +218,17 @@ def test_plain_init_still_needs_model_and_data(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(tmp_path, monkeypatch, capsys):
+def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(
+    tmp_path, tmp_path_factory, monkeypatch, capsys
+):
     pytest.importorskip("trl", reason="the [trl] extra is not installed: pip install -e '.[test,hf,trl]'")
-    spec = importlib.util.spec_from_file_location("tiny_assets_build", SCRIPTS / "tiny_assets.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    assets = module.build(tmp_path / "tiny")
+    # The trainer tests' tiny assets, built once per session whichever worker asks first.
+    from trainer.conftest import locked, shared_root, tiny_assets
+
+    shared = shared_root(tmp_path_factory) / "trainer-tiny"
+    with locked(shared):
+        assets = tiny_assets().build(shared)
+    (tmp_path / "tiny").symlink_to(shared, target_is_directory=True)
     rc = _init(
         tmp_path,
         monkeypatch,
