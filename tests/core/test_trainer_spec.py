@@ -41,6 +41,12 @@ def test_batch_device_is_still_the_campaigns(tmp_path):
     assert spec.batch.device == "cpu"
 
 
+def test_a_fit_search_over_microbatches_is_a_trainers_too(tmp_path):
+    # The correct twin of the max-lengths mistake: microbatches change trainer.args in place.
+    spec = load_spec(_write(tmp_path, GOOD + "\n[fit_search]\nmicrobatches = [1, 2, 4]\n")).spec
+    assert spec.fit_search is not None and spec.fit_search.microbatches == [1, 2, 4]
+
+
 CASES = {
     "optim": (
         GOOD + "\n[optim]\nlr = 0.1\n",
@@ -54,6 +60,10 @@ CASES = {
     "variants": (
         GOOD + '\n[[variants]]\nid = "bf16"\nprecision = "bf16"\n',
         "variants[0].precision: a captured trainer's variant changes only microbatch, accumulation",
+    ),
+    "fit search max lengths": (
+        GOOD + "\n[fit_search]\nmicrobatches = [1, 2]\nmax_lengths = [64]\n",
+        "line 11: fit_search.max_lengths: not used with task.trainer_script: the script tokenises",
     ),
     "empty variant": (GOOD + '\n[[variants]]\nid = "same"\n', "variants[0]: variant 'same' changes nothing"),
     "env name": (
