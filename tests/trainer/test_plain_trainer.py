@@ -77,6 +77,7 @@ def test_a_loss_averaged_per_microbatch_fails_first_step(tiny, tmp_path):
     row = run.row("first_step")
     assert row["verdict"] == "fail"
     assert "weighs microbatches, not tokens" in row["reason"]
+    assert "the script's CompletionTrainer.compute_loss" in row["reason"]  # what to fix
     assert row["details"]["accumulation"]["grad_rel_diff"] > 0.1
     assert run.row("inspect")["verdict"] == "pass"
 

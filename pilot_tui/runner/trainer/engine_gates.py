@@ -81,8 +81,8 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     }
     if not check.ok:
         raise PhaseFailure(
-            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (a compute_loss "
-            "that averages per microbatch and ignores num_items_in_batch?)",
+            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (the loss is "
+            f"{loop.loss_owner(trainer)}; does it average per microbatch and ignore num_items_in_batch?)",
             details,
         )
     if not finite(loss) or not finite(gn):
@@ -202,7 +202,9 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
 
 def _probe_batch(adapter: Any) -> dict[str, torch.Tensor]:
     rows = adapter.eval if adapter.eval is not None else adapter.train
-    return {k: v for k, v in rows.one(0).items() if k in ("input_ids", "attention_mask", "position_ids")}
+    # An encoder-decoder's logits need decoder inputs: it builds them from the row's labels.
+    keys = ("input_ids", "attention_mask", "position_ids") + (("labels",) if adapter.encoder_decoder else ())
+    return {k: v for k, v in rows.one(0).items() if k in keys}
 
 
 @body("export")
