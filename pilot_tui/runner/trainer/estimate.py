@@ -89,6 +89,11 @@ def _rebuilder(model: torch.nn.Module) -> tuple[Any, str]:
     dtype = (frozen or list(base.parameters()))[0].dtype
 
     def build() -> torch.nn.Module:
+        # Raised inside the fake run, so each configuration's row says "not estimable" and why.
+        if getattr(config, "is_encoder_decoder", False):
+            raise NotEstimable(
+                "encoder-decoder", "an encoder-decoder model of a captured trainer is not estimated yet"
+            )
         # On the meta device outside the fake mode (peft moves modules with `.to()`, which cannot
         # swap fake parameters), then every tensor a fake one (sources.py).
         with unset_fake_temporarily(), torch.device("meta"):
