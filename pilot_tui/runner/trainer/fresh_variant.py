@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ...core import phase_table
+from ...core.spec import CampaignSpec
 from ...core.verdict import Verdict
 from ..context import RunContext
 from ..fresh_process import RESULT_FILE, FreshProcessFailed, start_fresh_process
@@ -33,13 +34,14 @@ def runs_fresh(ctx: RunContext, variant: str) -> bool:
     return variant != "control" and ctx.variant_spec(variant).fresh_capture
 
 
-def _phases(ctx: RunContext, run: PhaseRun) -> list[str]:
-    """The phases one process runs: this one, then the variant's later ones (not skipped)."""
-    order = [p for p in phase_table.per_variant() if p not in ctx.spec.phases.skip]
-    later = order[order.index(run.step.phase) + 1 :] if run.step.phase in order else []
-    if run.overrides or any(ctx.spec.limit_for(p).time_s for p in [run.step.phase, *later]):
-        return [run.step.phase]
-    return [run.step.phase, *later]
+def phases_for(spec: CampaignSpec, phase: str, overrides: dict[str, Any]) -> list[str]:
+    """The phases one process runs: this one, then the variant's later ones (not skipped); this one
+    alone for a rerun with overrides or under a `time_s` ceiling (it must not cover the others)."""
+    order = [p for p in phase_table.per_variant() if p not in spec.phases.skip]
+    later = order[order.index(phase) + 1 :] if phase in order else []
+    if overrides or any(spec.limit_for(p).time_s for p in [phase, *later]):
+        return [phase]
+    return [phase, *later]
 
 
 def command_line(ctx: RunContext, variant: str) -> dict[str, Any]:
@@ -83,6 +85,12 @@ def _start(ctx: RunContext, run: PhaseRun, phases: list[str]) -> dict[str, Any]:
         path = out / RESULT_FILE
         result = json.loads(path.read_text()) if path.is_file() else {}
         seconds, failure = time.monotonic() - worker.started, str(exc)
+    return handed_back(result, phases, failure, seconds)
+
+
+def handed_back(result: dict[str, Any], phases: list[str], failure: str, seconds: float) -> dict[str, Any]:
+    """{phase: its row, or the line it fails with} from what the process wrote: a phase it did
+    not finish fails with the process's last line, the rows before it are kept."""
     capture = dict(result.get("capture") or {})
     capture |= {"process_s": round(seconds, 4), "process_peak_rss_mb": result.get("process_peak_rss_mb")}
     kept: dict[str, Any] = {row["name"]: row | {"capture": capture} for row in result.get("rows", [])}
@@ -102,7 +110,7 @@ def fresh_phase(ctx: RunContext, run: PhaseRun) -> Outcome:
     kept = ctx.memo.setdefault(KEPT, {}).setdefault(variant, {})
     found = kept.pop(phase, None) if not run.overrides else None
     if found is None:
-        fresh = _start(ctx, run, _phases(ctx, run))
+        fresh = _start(ctx, run, phases_for(ctx.spec, phase, run.overrides))
         found = fresh.pop(phase)
         if not run.overrides:
             kept.update(fresh)  # the variant's later phases, run by the same process
