@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from .conftest import LATER, passes_every_phase, run_campaign, shared_campaign
@@ -84,6 +86,7 @@ def test_a_loss_averaged_per_microbatch_fails_first_step(tiny, tmp_path):
     row = run.row("first_step")
     assert row["verdict"] == "fail"
     assert "weighs microbatches, not tokens" in row["reason"]
+    assert "the script's CompletionTrainer.compute_loss" in row["reason"]  # what to fix
     assert row["details"]["accumulation"]["grad_rel_diff"] > 0.1
     assert run.row("inspect")["verdict"] == "pass"
 
@@ -168,3 +171,11 @@ def test_final_reloads_the_export_in_a_new_process(plain):
     assert final["reloaded"] == "LlamaForCausalLM" and final["reload_process_s"] > 0
     assert final["logits_max_abs_diff"] <= 1e-5 and final["controls_changed"] == []
     assert [c["output"] for c in final["controls"]] == [c["output"] for c in exported["controls"]]
+
+
+def test_steady_says_the_threads_cores_and_load_its_times_hold_at(plain):
+    d = plain.row("steady")["details"]
+    assert d["torch_threads"] >= 1 and d["cpu_count"] == os.cpu_count() and d["load_avg_1m"] >= 0
+    caveats = "\n".join(plain.record["plan"]["caveats"])
+    threads = d["torch_threads"]
+    assert f"({threads} thread{'s' * (threads != 1)} on {os.cpu_count()} cores)" in caveats, caveats

@@ -6,6 +6,10 @@ with the columns the trainer removes already removed), then stacked with right p
 in the attention mask: per-example figures stay per example even for padding-free collators
 that flatten a batch into one row. The batches the loop really gets are shown apart
 (`batches.py`).
+
+An encoder-decoder model's row (`Seq2SeqTrainer`) is read through its causal view
+(`seq2seq_view`): the checks written for one token sequence then read its encoder input as
+context and its targets as the scored tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ...analysis.checks import Check, listing
 from ...core.verdict import FAIL, PASS
 from ...tasks.contract import CAUSAL_LM, Example, Task
 from .estimate import trainer_source
+from .loop import encoder_decoder as is_encoder_decoder
 from .loop import unwrapped
 
 IGNORE = -100
@@ -81,6 +86,29 @@ def stack(rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int) -> dict[str, 
     return out
 
 
+def seq2seq_view(row: Mapping[str, torch.Tensor], start_id: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """A one-row encoder-decoder batch as one causal sequence: the encoder's tokens (context),
+    the decoder start, then target j at its own position, scored where its label is. A causal
+    check's "label at t is the token at t, predicted from t - 1" then holds: the decoder predicts
+    target j from the start and targets < j. A target masked to -100 shows as `pad_id`; masked
+    targets ending the row are padding (the collator's label padding)."""
+    enc = row["input_ids"].reshape(-1)
+    enc_mask = row.get("attention_mask")
+    enc_mask = torch.ones_like(enc) if enc_mask is None else enc_mask.reshape(-1).long()
+    labels = row["labels"].reshape(-1).long()
+    masked = labels == IGNORE
+    targets = torch.where(masked, torch.full_like(labels, pad_id), labels)
+    # The trailing run of -100: a reversed cumulative product marks it.
+    tail = masked.flip(0).long().cumprod(0).flip(0).bool()
+    start = torch.tensor([start_id], dtype=torch.long)
+    ignored = torch.full_like(enc, IGNORE)
+    return {
+        "input_ids": torch.cat([enc.long(), start, targets]).unsqueeze(0),
+        "attention_mask": torch.cat([enc_mask, torch.ones(1, dtype=torch.long), (~tail).long()]).unsqueeze(0),
+        "labels": torch.cat([ignored.long(), torch.tensor([IGNORE]), labels]).unsqueeze(0),
+    }
+
+
 def end_ids(tok: Any) -> set[int]:
     """The EOS and the special tokens named like an end of turn."""
     ids = {tok.eos_token_id} if getattr(tok, "eos_token_id", None) is not None else set()
@@ -102,6 +130,10 @@ class TrainerAdapter:
     tokenizer: Any
     pad_id: int
     ends: set[int] = field(default_factory=set)
+    # An encoder-decoder model (`config.is_encoder_decoder`): its rows are read through
+    # `seq2seq_view`, with the decoder's start token between input and targets.
+    encoder_decoder: bool = False
+    start_id: int = 0
     task: Task = field(init=False)
 
     def __post_init__(self) -> None:
@@ -141,8 +173,14 @@ class TrainerAdapter:
             raise ValueError(f"the trainer has no {split} dataset")
         return rows
 
+    def view(self, row: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A one-row batch as the token checks read it: itself, or an encoder-decoder's causal view."""
+        if not self.encoder_decoder or "labels" not in row:
+            return row
+        return seq2seq_view(row, self.start_id, self.pad_id)
+
     def one(self, example: Example) -> dict[str, torch.Tensor]:
-        return self.rows_of(example["split"]).one(example["row"])
+        return self.view(self.rows_of(example["split"]).one(example["row"]))
 
     def collate(self, examples: Sequence[Example], max_length: int) -> dict[str, torch.Tensor]:
         batch = stack([self.one(ex) for ex in examples], self.pad_id)
@@ -170,6 +208,8 @@ class TrainerAdapter:
         if key not in self._lengths:
             row = self.rows_of(split).dataset[int(i)]
             ids = row.get("input_ids") if isinstance(row, Mapping) else None
+            if self.encoder_decoder:  # the causal view's length: input, start, targets
+                ids = self.one({"split": split, "row": i})["input_ids"].reshape(-1)
             self._lengths[key] = (
                 len(ids) if ids is not None else int(self.rows_of(split).one(i)["input_ids"].numel())
             )
@@ -191,7 +231,7 @@ class TrainerAdapter:
         idx = list(range(len(self.train)))
         for start in range(0, len(idx), size):
             chunk = idx[start : start + size]
-            yield chunk, stack([self.train.one(i) for i in chunk], self.pad_id)
+            yield chunk, stack([self.view(self.train.one(i)) for i in chunk], self.pad_id)
 
     def end_check(self) -> Check:
         """A reply must teach the model to stop: an end token right after a scored span that is
@@ -276,4 +316,15 @@ def adapt(trainer: Any) -> TrainerAdapter:
     pad = getattr(tok, "pad_token_id", None)
     if pad is None:
         pad = getattr(tok, "eos_token_id", None) or 0
-    return TrainerAdapter(trainer, train, _rows(trainer, EVAL), tok, int(pad), end_ids(tok) if tok else set())
+    model = unwrapped(trainer)
+    start = getattr(getattr(model, "config", None), "decoder_start_token_id", None)
+    return TrainerAdapter(
+        trainer,
+        train,
+        _rows(trainer, EVAL),
+        tok,
+        int(pad),
+        end_ids(tok) if tok else set(),
+        encoder_decoder=is_encoder_decoder(model),
+        start_id=int(start if start is not None else pad),
+    )

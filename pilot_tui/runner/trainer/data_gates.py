@@ -209,12 +209,15 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
 
 
 def _recovered(model: torch.nn.Module, trainer: Any, batch: dict[str, Any]) -> float:
+    seq2seq = loop.encoder_decoder(model)
     model.eval()
     with torch.no_grad():
         inputs = trainer._prepare_inputs(dict(batch))
-        labels = inputs.pop("labels")
+        # An encoder-decoder builds its decoder inputs from the labels (shifted right): they stay.
+        labels = inputs["labels"] if seq2seq else inputs.pop("labels")
         logits = model(**inputs).logits
     model.train()
-    pred, target = logits[:, :-1].argmax(-1), labels[:, 1:]
+    # The decoder's logit j predicts target j; a causal model's logit t predicts token t + 1.
+    pred, target = (logits.argmax(-1), labels) if seq2seq else (logits[:, :-1].argmax(-1), labels[:, 1:])
     scored = target != -100
     return float((pred == target)[scored].float().mean()) if scored.any() else 0.0
