@@ -54,6 +54,8 @@ def test_the_pairs_are_read_by_their_completion_mask_and_every_gate_passes(dpo):
     assert checks["supervised_tokens"]["verdict"] == "pass"
     # The prompt is context: a pair's scored tokens are its completion (and its end token).
     assert checks["prompt_supervision"]["verdict"] == "pass"
+    # The script cut its rows itself: no "max_length 0" the pilot never applied.
+    assert "max_length 0" not in checks["responses_cut"]["message"]
     assert dpo.row("overfit")["details"]["loss_last"] < dpo.row("overfit")["details"]["loss_first"]
 
 
