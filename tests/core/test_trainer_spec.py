@@ -36,6 +36,17 @@ def test_a_trainer_campaign_needs_no_batch_and_keeps_its_args(tmp_path):
     assert spec.batch.microbatch == 1
 
 
+def test_a_variant_may_change_the_scripts_args_and_env(tmp_path):
+    text = GOOD + (
+        '\n[[variants]]\nid = "bf16"\nargs = ["--bf16"]\nenv = { ACCELERATE_MIXED_PRECISION = "bf16" }\n'
+        '\n[[variants]]\nid = "mb2"\nmicrobatch = 2\n'
+    )
+    bf16, mb2 = load_spec(_write(tmp_path, text)).spec.variants
+    assert bf16.args == ["--bf16"] and bf16.env == {"ACCELERATE_MIXED_PRECISION": "bf16"}
+    assert bf16.fresh_capture and bf16.values == {}
+    assert not mb2.fresh_capture and mb2.get("microbatch") == 2
+
+
 def test_batch_device_is_still_the_campaigns(tmp_path):
     spec = load_spec(_write(tmp_path, GOOD + '\n[batch]\ndevice = "cpu"\n')).spec
     assert spec.batch.device == "cpu"
@@ -59,7 +70,31 @@ CASES = {
     ),
     "variants": (
         GOOD + '\n[[variants]]\nid = "bf16"\nprecision = "bf16"\n',
-        "variants[0].precision: a captured trainer's variant changes only microbatch, accumulation",
+        "variants[0].precision: a captured trainer's variant changes microbatch, accumulation or "
+        'activation_checkpointing in place, or the script\'s args / env (a fresh capture: e.g. args = ["--bf16"]',
+    ),
+    "variant args repeating task.args": (
+        GOOD + '\n[[variants]]\nid = "bf16"\nargs = ["--model", "m", "--do_train", "--bf16"]\n',
+        "line 11: variants[0].args: is appended to task.args (the last occurrence of a flag wins)",
+    ),
+    "variant args a string": (
+        GOOD + '\n[[variants]]\nid = "bf16"\nargs = "--bf16"\n',
+        "line 11: variants[0].args: expected an array, got string '--bf16'",
+    ),
+    "variant env name": (
+        GOOD + '\n[[variants]]\nid = "e"\nenv = { "2X" = "1" }\n',
+        "line 11: variants[0].env: '2X' is not a valid environment variable name",
+    ),
+    "variant empty args": (
+        GOOD + '\n[[variants]]\nid = "none"\nargs = []\n',
+        "variants[0]: variant 'none' changes nothing",
+    ),
+    "variant args elsewhere": (
+        GOOD.replace('trainer_script = "train.py"', 'builtin = "instruct"')
+        .replace("args = [", "#")
+        .replace("env = {", "#")
+        + '\n[batch]\nmicrobatch = 2\nupdates = 4\n[[variants]]\nid = "v"\nmicrobatch = 1\nargs = ["--bf16"]\n',
+        "variants[0].args: only a task.trainer_script's variant takes command-line arguments",
     ),
     "fit search max lengths": (
         GOOD + "\n[fit_search]\nmicrobatches = [1, 2]\nmax_lengths = [64]\n",

@@ -9,7 +9,9 @@ that flatten a batch into one row. The batches the loop really gets are shown ap
 
 An encoder-decoder model's row (`Seq2SeqTrainer`) is read through its causal view
 (`seq2seq_view`): the checks written for one token sequence then read its encoder input as
-context and its targets as the scored tokens.
+context and its targets as the scored tokens. A preference trainer's row (TRL's `DPOTrainer`:
+the chosen and rejected sequences, no labels, a `completion_mask`) is read by its first
+sequence, scored where the completion mask is (`masked_view`).
 """
 
 from __future__ import annotations
@@ -121,6 +123,20 @@ def seq2seq_view(row: Mapping[str, torch.Tensor], start_id: int, pad_id: int) ->
     }
 
 
+def masked_view(row: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch without labels whose loss reads a `completion_mask` (TRL's preference trainers):
+    its first sequence (the chosen one), labelled where the mask scores it. The loss of those
+    trainers reads the completion tokens' log-probabilities through the same causal shift."""
+    ids = row["input_ids"][:1]
+    mask = row.get("attention_mask")
+    real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask[:1].bool()
+    scored = row["completion_mask"][:1].bool() & real
+    out = {"input_ids": ids, "labels": ids.masked_fill(~scored, IGNORE)}
+    if mask is not None:
+        out["attention_mask"] = mask[:1]
+    return out
+
+
 def end_ids(tok: Any) -> set[int]:
     """The EOS and the special tokens named like an end of turn."""
     ids = {tok.eos_token_id} if getattr(tok, "eos_token_id", None) is not None else set()
@@ -199,7 +215,10 @@ class TrainerAdapter:
         return rows
 
     def view(self, row: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """A one-row batch as the token checks read it: itself, or an encoder-decoder's causal view."""
+        """One example's batch as the token checks read it: itself, an encoder-decoder's causal
+        view, or a label-less preference batch's first sequence scored by its completion mask."""
+        if "labels" not in row and "completion_mask" in row:
+            return masked_view(row)
         if not self.encoder_decoder or "labels" not in row:
             return row
         return seq2seq_view(row, self.start_id, self.pad_id)
@@ -250,7 +269,41 @@ class TrainerAdapter:
         return max((self.length(s, i) for s, r in sets.items() for i in range(len(r))), default=0)
 
     def checks(self) -> list[Check]:
-        return [self.end_check(), self.boundary_check()]
+        pairs = self.pair_check()
+        return [self.end_check(), self.boundary_check(), *([pairs] if pairs is not None else [])]
+
+    def pair_check(self) -> Check | None:
+        """A preference pair whose rejected completion is its chosen one teaches nothing: the
+        pair's DPO-style loss is log 2 whatever the weights (a column copied by mistake).
+        None for rows that are not pairs (labels, or one sequence per example)."""
+        if len(self.train) == 0:
+            return None
+        head = self.train.one(0)
+        if "labels" in head or "completion_mask" not in head or head["input_ids"].shape[0] < 2:
+            return None
+        same: list[str] = []
+        for i in range(len(self.train)):
+            b = self.train.one(i)
+            real = (
+                b["attention_mask"].bool()
+                if "attention_mask" in b
+                else torch.ones_like(b["input_ids"]).bool()
+            )
+            scored = b["completion_mask"].bool() & real
+            chosen, rejected = b["input_ids"][0][scored[0]], b["input_ids"][1][scored[1]]
+            if torch.equal(chosen, rejected):
+                same.append(f"train[{i}]")
+        n = len(self.train)
+        if same:
+            return Check(
+                "preference_pairs",
+                FAIL,
+                f"{len(same)} of {n} train pairs reject the very completion they choose: their loss has no "
+                f"gradient (log 2 whatever the model) — e.g. {listing(same, len(same))}",
+                len(same),
+                same[:10],
+            )
+        return Check("preference_pairs", PASS, f"every one of {n} train pairs rejects another completion")
 
     def _train_batches(self, size: int = 64):
         idx = list(range(len(self.train)))

@@ -13,7 +13,7 @@ import torch
 
 from ...analysis.checks import Check
 from ...core.verdict import PASS, WARN
-from .adapter import seq2seq_view, stack
+from .adapter import masked_view, seq2seq_view, stack
 
 IGNORE = -100
 # A padding-free batch is one long row: the pane shows its head.
@@ -79,9 +79,13 @@ def _render(tokens: list[dict[str, Any]]) -> str:
 
 
 def _as_views(adapter: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """An encoder-decoder batch as its rows' causal views, right-padded into one batch."""
-    keys = [k for k in ("input_ids", "attention_mask", "labels") if k in batch]
+    """A batch as the rows' views the checks read (`adapter.view`), right-padded into one: an
+    encoder-decoder's causal views, or each sequence of a label-less batch scored by its
+    completion mask."""
+    keys = [k for k in ("input_ids", "attention_mask", "labels", "completion_mask") if k in batch]
     rows = [{k: batch[k][r : r + 1] for k in keys} for r in range(batch["input_ids"].shape[0])]
+    if "labels" not in batch:
+        return stack([masked_view(row) for row in rows], adapter.pad_id)
     return stack([seq2seq_view(row, adapter.start_id, adapter.pad_id) for row in rows], adapter.pad_id)
 
 
@@ -104,8 +108,13 @@ def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
     unshifted = sum(int((b["labels"] != IGNORE).sum()) for b in cpu if "labels" in b)
     boundaries = sum(int((b["position_ids"][:, 1:] == 0).sum()) for b in cpu if "position_ids" in b)
     seq2seq = bool(getattr(adapter, "encoder_decoder", False)) and all("labels" in b for b in cpu)
-    # The tokens the loss scores: after the causal shift, or every target of an encoder-decoder.
-    scored, what = (unshifted, "the decoder's loss") if seq2seq else (shifted, "the shifted loss")
+    masked = all("labels" not in b and "completion_mask" in b for b in cpu)
+    # Read as the checks read them: an encoder-decoder's causal views, a preference batch's
+    # sequences scored by their completion mask. A view's shifted count is what its loss scores.
+    views = [_as_views(adapter, b) for b in cpu] if seq2seq or masked else cpu
+    if seq2seq or masked:
+        shifted = sum(int((v["labels"][..., 1:] != IGNORE).sum()) for v in views)
+    scored, what = shifted, "the decoder's loss" if seq2seq else "the shifted loss"
     view.windows.append(
         {
             "microbatches": len(cpu),
@@ -145,7 +154,7 @@ def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
             )
         )
     shown = 0
-    for m, b in enumerate([_as_views(adapter, b) for b in cpu] if seq2seq else cpu):
+    for m, b in enumerate(views):
         for r in range(b["input_ids"].shape[0]):
             if shown >= show:
                 break

@@ -22,7 +22,7 @@ from ..fresh_process import FreshProcessFailed, read_tensors, start_fresh_proces
 from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.load import tensor_mb
 from ..phases.train_steps import load_details, machine_load
-from . import loop, replay
+from . import fresh_variant, loop, replay
 from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
 
 
@@ -42,10 +42,13 @@ def optimizer_state_mb(trainer: Any) -> float:
 
 
 def configured(fn: Body) -> Body:
-    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`."""
+    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`;
+    one that changes the script's args or env runs in a fresh capture (fresh_variant.py)."""
 
     @functools.wraps(fn)
     def run_configured(ctx: RunContext, run: PhaseRun) -> Outcome:
+        if fresh_variant.runs_fresh(ctx, run.step.variant):
+            return fresh_variant.fresh_phase(ctx, run)
         cfg = ctx.config(run.step.variant, run.overrides)
         with loop.batch_settings(
             trainer_of(ctx), cfg.microbatch, cfg.accumulation, cfg.activation_checkpointing
