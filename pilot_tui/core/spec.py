@@ -682,7 +682,6 @@ def _check_rental(p: PlanSpec) -> None:
 TRAINER_OWNS = {
     "split": "the script's train_dataset and eval_dataset are the splits",
     "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
-    "fit_search": "a fit search on a captured trainer is not supported yet",
     "distributed": "a captured trainer runs on one process for now",
 }
 # Batch keys a trainer campaign may still set: where it runs.
@@ -737,6 +736,13 @@ def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
             section == "distributed" and raw[section].get("strategy", "none") == "none"
         ):
             raise _KeyError(section, f"not used with task.trainer_script: {why}")
+    fit = raw.get("fit_search")
+    if isinstance(fit, dict) and "max_lengths" in fit:
+        raise _KeyError(
+            "fit_search.max_lengths",
+            "not used with task.trainer_script: the script tokenises (and cuts) its rows before the "
+            "capture, so a captured trainer's fit search tries microbatches only",
+        )
     variants = raw.get("variants", [])
     for i, v in enumerate(variants if isinstance(variants, list) else []):
         for key in v if isinstance(v, dict) else {}:
