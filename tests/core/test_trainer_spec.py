@@ -41,6 +41,13 @@ def test_batch_device_is_still_the_campaigns(tmp_path):
     assert spec.batch.device == "cpu"
 
 
+def test_ddp_launches_the_scripts_ranks(tmp_path):
+    text = GOOD + '\n[distributed]\nstrategy = "ddp"\nnproc_per_node = 2\nbackend = "gloo"\nnnodes = 1\n'
+    spec = load_spec(_write(tmp_path, text)).spec
+    assert spec.distributed.strategy == "ddp" and spec.distributed.world == 2
+    assert spec.batch.replicas == 2  # the world size, as in any distributed campaign
+
+
 CASES = {
     "optim": (
         GOOD + "\n[optim]\nlr = 0.1\n",
@@ -70,6 +77,18 @@ CASES = {
         "line 5: task.trainer_script: must name a Python file",
     ),
     "with file": (GOOD + 'file = "task.py"\n', "line 4: task: set exactly one of task.builtin or task.file"),
+    "distributed fsdp": (
+        GOOD + '\n[distributed]\nstrategy = "fsdp"\nnproc_per_node = 2\n',
+        "line 10: distributed.strategy: a captured trainer shards as its TrainingArguments say (--fsdp",
+    ),
+    "distributed checkpoint": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\ncheckpoint = "full"\n',
+        "line 11: distributed.checkpoint: not used with task.trainer_script: the trainer's own checkpoint",
+    ),
+    "distributed nodes": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\nnnodes = 2\nrdzv_endpoint = "h:1"\n',
+        "line 11: distributed.nnodes: not used with task.trainer_script: a captured trainer runs on one node",
+    ),
     "args elsewhere": (
         GOOD.replace('trainer_script = "train.py"', 'builtin = "instruct"')
         + "\n[batch]\nmicrobatch = 2\nupdates = 4\n",
