@@ -74,7 +74,9 @@ def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest
     """The spec's batch section as the trainer's own figures (the accounting and rows show them)."""
     a = trainer.args
     micro, acc = int(a.per_device_train_batch_size), int(a.gradient_accumulation_steps)
-    per_epoch = max(1, math.ceil(train_examples / max(1, micro * acc)))
+    # Under [distributed] each update takes microbatch × accumulation rows on every rank.
+    world = max(1, loaded.spec.batch.replicas)
+    per_epoch = max(1, math.ceil(train_examples / max(1, micro * acc * world)))
     updates = (
         a.max_steps if a.max_steps and a.max_steps > 0 else math.ceil(per_epoch * float(a.num_train_epochs))
     )
