@@ -36,6 +36,17 @@ def test_a_trainer_campaign_needs_no_batch_and_keeps_its_args(tmp_path):
     assert spec.batch.microbatch == 1
 
 
+def test_a_variant_may_change_the_scripts_args_and_env(tmp_path):
+    text = GOOD + (
+        '\n[[variants]]\nid = "bf16"\nargs = ["--bf16"]\nenv = { ACCELERATE_MIXED_PRECISION = "bf16" }\n'
+        '\n[[variants]]\nid = "mb2"\nmicrobatch = 2\n'
+    )
+    bf16, mb2 = load_spec(_write(tmp_path, text)).spec.variants
+    assert bf16.args == ["--bf16"] and bf16.env == {"ACCELERATE_MIXED_PRECISION": "bf16"}
+    assert bf16.fresh_capture and bf16.values == {}
+    assert not mb2.fresh_capture and mb2.get("microbatch") == 2
+
+
 def test_batch_device_is_still_the_campaigns(tmp_path):
     spec = load_spec(_write(tmp_path, GOOD + '\n[batch]\ndevice = "cpu"\n')).spec
     assert spec.batch.device == "cpu"
@@ -46,6 +57,9 @@ def test_ddp_launches_the_scripts_ranks(tmp_path):
     spec = load_spec(_write(tmp_path, text)).spec
     assert spec.distributed.strategy == "ddp" and spec.distributed.world == 2
     assert spec.batch.replicas == 2  # the world size, as in any distributed campaign
+    # A variant changing the batch in place runs on the ranks like the control.
+    spec = load_spec(_write(tmp_path, text + '\n[[variants]]\nid = "mb2"\nmicrobatch = 2\n')).spec
+    assert spec.variants[0].values == {"microbatch": 2}
 
 
 CASES = {
@@ -60,7 +74,31 @@ CASES = {
     ),
     "variants": (
         GOOD + '\n[[variants]]\nid = "bf16"\nprecision = "bf16"\n',
-        "variants[0].precision: a captured trainer's variant changes only microbatch, accumulation",
+        "variants[0].precision: a captured trainer's variant changes microbatch, accumulation or "
+        'activation_checkpointing in place, or the script\'s args / env (a fresh capture: e.g. args = ["--bf16"]',
+    ),
+    "variant args repeating task.args": (
+        GOOD + '\n[[variants]]\nid = "bf16"\nargs = ["--model", "m", "--do_train", "--bf16"]\n',
+        "line 11: variants[0].args: is appended to task.args (the last occurrence of a flag wins)",
+    ),
+    "variant args a string": (
+        GOOD + '\n[[variants]]\nid = "bf16"\nargs = "--bf16"\n',
+        "line 11: variants[0].args: expected an array, got string '--bf16'",
+    ),
+    "variant env name": (
+        GOOD + '\n[[variants]]\nid = "e"\nenv = { "2X" = "1" }\n',
+        "line 11: variants[0].env: '2X' is not a valid environment variable name",
+    ),
+    "variant empty args": (
+        GOOD + '\n[[variants]]\nid = "none"\nargs = []\n',
+        "variants[0]: variant 'none' changes nothing",
+    ),
+    "variant args elsewhere": (
+        GOOD.replace('trainer_script = "train.py"', 'builtin = "instruct"')
+        .replace("args = [", "#")
+        .replace("env = {", "#")
+        + '\n[batch]\nmicrobatch = 2\nupdates = 4\n[[variants]]\nid = "v"\nmicrobatch = 1\nargs = ["--bf16"]\n',
+        "variants[0].args: only a task.trainer_script's variant takes command-line arguments",
     ),
     "empty variant": (GOOD + '\n[[variants]]\nid = "same"\n', "variants[0]: variant 'same' changes nothing"),
     "env name": (
@@ -84,6 +122,10 @@ CASES = {
     "distributed checkpoint": (
         GOOD + '\n[distributed]\nstrategy = "ddp"\ncheckpoint = "full"\n',
         "line 11: distributed.checkpoint: not used with task.trainer_script: the trainer's own checkpoint",
+    ),
+    "distributed fresh variant": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\n\n[[variants]]\nid = "bf16"\nargs = ["--bf16"]\n',
+        "variants[0].args: a fresh-capture variant runs in one process of its own, not on the [distributed]",
     ),
     "distributed nodes": (
         GOOD + '\n[distributed]\nstrategy = "ddp"\nnnodes = 2\nrdzv_endpoint = "h:1"\n',

@@ -6,6 +6,12 @@ with the columns the trainer removes already removed), then stacked with right p
 in the attention mask: per-example figures stay per example even for padding-free collators
 that flatten a batch into one row. The batches the loop really gets are shown apart
 (`batches.py`).
+
+An encoder-decoder model's row (`Seq2SeqTrainer`) is read through its causal view
+(`seq2seq_view`): the checks written for one token sequence then read its encoder input as
+context and its targets as the scored tokens. A preference trainer's row (TRL's `DPOTrainer`:
+the chosen and rejected sequences, no labels, a `completion_mask`) is read by its first
+sequence, scored where the completion mask is (`masked_view`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from ...analysis.checks import Check, listing
 from ...core.verdict import FAIL, PASS
 from ...tasks.contract import CAUSAL_LM, Example, Task
 from .estimate import trainer_source
+from .loop import encoder_decoder as is_encoder_decoder
 from .loop import unwrapped
 
 IGNORE = -100
@@ -81,6 +88,43 @@ def stack(rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int) -> dict[str, 
     return out
 
 
+def seq2seq_view(row: Mapping[str, torch.Tensor], start_id: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """A one-row encoder-decoder batch as one causal sequence: the encoder's tokens (context),
+    the decoder start, then target j at its own position, scored where its label is. A causal
+    check's "label at t is the token at t, predicted from t - 1" then holds: the decoder predicts
+    target j from the start and targets < j. A target masked to -100 shows as `pad_id`; masked
+    targets ending the row are padding (the collator's label padding)."""
+    enc = row["input_ids"].reshape(-1)
+    enc_mask = row.get("attention_mask")
+    enc_mask = torch.ones_like(enc) if enc_mask is None else enc_mask.reshape(-1).long()
+    labels = row["labels"].reshape(-1).long()
+    masked = labels == IGNORE
+    targets = torch.where(masked, torch.full_like(labels, pad_id), labels)
+    # The trailing run of -100: a reversed cumulative product marks it.
+    tail = masked.flip(0).long().cumprod(0).flip(0).bool()
+    start = torch.tensor([start_id], dtype=torch.long)
+    ignored = torch.full_like(enc, IGNORE)
+    return {
+        "input_ids": torch.cat([enc.long(), start, targets]).unsqueeze(0),
+        "attention_mask": torch.cat([enc_mask, torch.ones(1, dtype=torch.long), (~tail).long()]).unsqueeze(0),
+        "labels": torch.cat([ignored.long(), torch.tensor([IGNORE]), labels]).unsqueeze(0),
+    }
+
+
+def masked_view(row: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch without labels whose loss reads a `completion_mask` (TRL's preference trainers):
+    its first sequence (the chosen one), labelled where the mask scores it. The loss of those
+    trainers reads the completion tokens' log-probabilities through the same causal shift."""
+    ids = row["input_ids"][:1]
+    mask = row.get("attention_mask")
+    real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask[:1].bool()
+    scored = row["completion_mask"][:1].bool() & real
+    out = {"input_ids": ids, "labels": ids.masked_fill(~scored, IGNORE)}
+    if mask is not None:
+        out["attention_mask"] = mask[:1]
+    return out
+
+
 def end_ids(tok: Any) -> set[int]:
     """The EOS and the special tokens named like an end of turn."""
     ids = {tok.eos_token_id} if getattr(tok, "eos_token_id", None) is not None else set()
@@ -102,6 +146,10 @@ class TrainerAdapter:
     tokenizer: Any
     pad_id: int
     ends: set[int] = field(default_factory=set)
+    # An encoder-decoder model (`config.is_encoder_decoder`): its rows are read through
+    # `seq2seq_view`, with the decoder's start token between input and targets.
+    encoder_decoder: bool = False
+    start_id: int = 0
     task: Task = field(init=False)
     # Under [distributed], the phases that stay in the runner's own capture (one process) rather
     # than run on the ranks: the resume's process C captures the script alone, not as N ranks.
@@ -144,8 +192,17 @@ class TrainerAdapter:
             raise ValueError(f"the trainer has no {split} dataset")
         return rows
 
+    def view(self, row: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One example's batch as the token checks read it: itself, an encoder-decoder's causal
+        view, or a label-less preference batch's first sequence scored by its completion mask."""
+        if "labels" not in row and "completion_mask" in row:
+            return masked_view(row)
+        if not self.encoder_decoder or "labels" not in row:
+            return row
+        return seq2seq_view(row, self.start_id, self.pad_id)
+
     def one(self, example: Example) -> dict[str, torch.Tensor]:
-        return self.rows_of(example["split"]).one(example["row"])
+        return self.view(self.rows_of(example["split"]).one(example["row"]))
 
     def collate(self, examples: Sequence[Example], max_length: int) -> dict[str, torch.Tensor]:
         batch = stack([self.one(ex) for ex in examples], self.pad_id)
@@ -173,6 +230,8 @@ class TrainerAdapter:
         if key not in self._lengths:
             row = self.rows_of(split).dataset[int(i)]
             ids = row.get("input_ids") if isinstance(row, Mapping) else None
+            if self.encoder_decoder:  # the causal view's length: input, start, targets
+                ids = self.one({"split": split, "row": i})["input_ids"].reshape(-1)
             self._lengths[key] = (
                 len(ids) if ids is not None else int(self.rows_of(split).one(i)["input_ids"].numel())
             )
@@ -188,13 +247,47 @@ class TrainerAdapter:
         return max((self.length(s, i) for s, r in rows if r is not None for i in range(len(r))), default=0)
 
     def checks(self) -> list[Check]:
-        return [self.end_check(), self.boundary_check()]
+        pairs = self.pair_check()
+        return [self.end_check(), self.boundary_check(), *([pairs] if pairs is not None else [])]
+
+    def pair_check(self) -> Check | None:
+        """A preference pair whose rejected completion is its chosen one teaches nothing: the
+        pair's DPO-style loss is log 2 whatever the weights (a column copied by mistake).
+        None for rows that are not pairs (labels, or one sequence per example)."""
+        if len(self.train) == 0:
+            return None
+        head = self.train.one(0)
+        if "labels" in head or "completion_mask" not in head or head["input_ids"].shape[0] < 2:
+            return None
+        same: list[str] = []
+        for i in range(len(self.train)):
+            b = self.train.one(i)
+            real = (
+                b["attention_mask"].bool()
+                if "attention_mask" in b
+                else torch.ones_like(b["input_ids"]).bool()
+            )
+            scored = b["completion_mask"].bool() & real
+            chosen, rejected = b["input_ids"][0][scored[0]], b["input_ids"][1][scored[1]]
+            if torch.equal(chosen, rejected):
+                same.append(f"train[{i}]")
+        n = len(self.train)
+        if same:
+            return Check(
+                "preference_pairs",
+                FAIL,
+                f"{len(same)} of {n} train pairs reject the very completion they choose: their loss has no "
+                f"gradient (log 2 whatever the model) — e.g. {listing(same, len(same))}",
+                len(same),
+                same[:10],
+            )
+        return Check("preference_pairs", PASS, f"every one of {n} train pairs rejects another completion")
 
     def _train_batches(self, size: int = 64):
         idx = list(range(len(self.train)))
         for start in range(0, len(idx), size):
             chunk = idx[start : start + size]
-            yield chunk, stack([self.train.one(i) for i in chunk], self.pad_id)
+            yield chunk, stack([self.view(self.train.one(i)) for i in chunk], self.pad_id)
 
     def end_check(self) -> Check:
         """A reply must teach the model to stop: an end token right after a scored span that is
@@ -279,4 +372,15 @@ def adapt(trainer: Any) -> TrainerAdapter:
     pad = getattr(tok, "pad_token_id", None)
     if pad is None:
         pad = getattr(tok, "eos_token_id", None) or 0
-    return TrainerAdapter(trainer, train, _rows(trainer, EVAL), tok, int(pad), end_ids(tok) if tok else set())
+    model = unwrapped(trainer)
+    start = getattr(getattr(model, "config", None), "decoder_start_token_id", None)
+    return TrainerAdapter(
+        trainer,
+        train,
+        _rows(trainer, EVAL),
+        tok,
+        int(pad),
+        end_ids(tok) if tok else set(),
+        encoder_decoder=is_encoder_decoder(model),
+        start_id=int(start if start is not None else pad),
+    )

@@ -16,7 +16,7 @@ import transformers
 
 from ...core.events import WireMessage
 from ...core.hashing import sha256_file
-from ...core.spec import LoadedSpec
+from ...core.spec import LoadedSpec, VariantSpec, load_spec
 from ...tasks.loader import TaskError
 from ..context import RunContext
 from ..distributed import state as dist_state
@@ -44,6 +44,39 @@ def capture_for(loaded: LoadedSpec) -> Any:
         return capture(loaded.resolve(t.trainer_script), t.args, cwd=loaded.path.parent, env=t.env)
     except CaptureError as exc:
         raise TaskError(str(exc)) from None
+
+
+def fresh_capture_spec(loaded: LoadedSpec, variant: VariantSpec) -> LoadedSpec:
+    """The campaign as a variant's fresh capture runs it: `task.args` followed by the variant's
+    (argparse and HfArgumentParser keep a flag's last occurrence), `task.env` under the variant's
+    env; the variant keeps only what it changes in place (microbatch, …) on that capture."""
+    t, spec = loaded.spec.task, loaded.spec
+    task = dataclasses.replace(t, args=[*t.args, *variant.args], env=t.env | variant.env)
+    own = dataclasses.replace(variant, args=[], env={})
+    variants = [own if v.id == variant.id else v for v in spec.variants]
+    return dataclasses.replace(loaded, spec=dataclasses.replace(spec, task=task, variants=variants))
+
+
+def load_checked(spec: Path, spec_sha256: str, script_sha256: str) -> LoadedSpec:
+    """A worker's campaign, refused when the file or the script changed since the runner read them."""
+    loaded = load_spec(spec)
+    if loaded.sha256 != spec_sha256:
+        raise ValueError(f"{spec}: the campaign file changed since the runner read it")
+    script = loaded.resolve(loaded.spec.task.trainer_script)
+    if sha256_file(script) != script_sha256:
+        raise ValueError(
+            f"{script}: the training script changed since the runner captured it; rerun the campaign"
+        )
+    return loaded
+
+
+def precision_of(args: Any) -> str:
+    """The precision the trainer's accelerator runs: its flags, else accelerate's environment
+    (`ACCELERATE_MIXED_PRECISION`), which `TrainingArguments` reads into `mixed_precision`."""
+    if args.bf16 or args.fp16:
+        return "bf16" if args.bf16 else "fp16"
+    mixed = str(getattr(args, "mixed_precision", "no") or "no")
+    return mixed if mixed in ("bf16", "fp16") else "fp32"
 
 
 def versions() -> dict[str, str]:
@@ -87,7 +120,7 @@ def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest
         # The rows arrive tokenised (and cut) by the script: the longest one is the max length.
         max_length=longest,
         updates=max(1, int(updates)),
-        precision="bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
+        precision=precision_of(a),
         activation_checkpointing=checkpointing(a),
         drop_last=bool(a.dataloader_drop_last),
         num_workers=int(a.dataloader_num_workers),

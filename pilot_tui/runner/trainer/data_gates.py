@@ -192,7 +192,7 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "losses": losses[:: max(1, len(losses) // 50)],
-        "recovered": recovered,
+        **({"recovered": recovered} if recovered is not None else {}),
         "loss_below": o.loss_below,
         "recover": o.recover,
         "lr": o.lr,
@@ -200,27 +200,44 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
     }
     if not finite(losses[-1]):
         raise PhaseFailure(f"non-finite loss at overfit step {len(losses)}", details)
-    if losses[-1] < o.loss_below or recovered >= o.recover:
+    argmax = (
+        f"argmax recovers {recovered:.0%} of the scored tokens"
+        if recovered is not None
+        else "the batches name no scored token to read an argmax against"
+    )
+    if losses[-1] < o.loss_below or (recovered is not None and recovered >= o.recover):
         return Outcome(
             PASS,
-            f"{m} examples learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g}, "
-            f"argmax recovers {recovered:.0%} of the scored tokens",
+            f"{m} examples learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g}, {argmax}",
             details,
         )
+    needs = f" (needs {o.recover:.0%})" if recovered is not None else ""
     raise PhaseFailure(
         f"{m} examples not learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g} "
-        f"(needs < {o.loss_below:g}), argmax recovers {recovered:.0%} of the scored tokens (needs {o.recover:.0%})",
+        f"(needs < {o.loss_below:g}), {argmax}{needs}",
         details,
     )
 
 
-def _recovered(model: torch.nn.Module, trainer: Any, batch: dict[str, Any]) -> float:
+def _recovered(model: torch.nn.Module, trainer: Any, batch: dict[str, Any]) -> float | None:
+    """The share of scored tokens the model's argmax predicts; None for batches that name none."""
+    seq2seq = loop.encoder_decoder(model)
+    inputs = trainer._prepare_inputs(dict(batch))
+    if "labels" not in inputs:
+        if "completion_mask" not in inputs:
+            return None
+        # A preference batch: every sequence, scored where its completion mask is.
+        ids, real = inputs["input_ids"], inputs.get("attention_mask")
+        scored = inputs["completion_mask"].bool() & (real.bool() if real is not None else True)
+        inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask")}
+        inputs["labels"] = ids.masked_fill(~scored, -100)
     model.eval()
     with torch.no_grad():
-        inputs = trainer._prepare_inputs(dict(batch))
-        labels = inputs.pop("labels")
+        # An encoder-decoder builds its decoder inputs from the labels (shifted right): they stay.
+        labels = inputs["labels"] if seq2seq else inputs.pop("labels")
         logits = model(**inputs).logits
     model.train()
-    pred, target = logits[:, :-1].argmax(-1), labels[:, 1:]
+    # The decoder's logit j predicts target j; a causal model's logit t predicts token t + 1.
+    pred, target = (logits.argmax(-1), labels) if seq2seq else (logits[:, :-1].argmax(-1), labels[:, 1:])
     scored = target != -100
     return float((pred == target)[scored].float().mean()) if scored.any() else 0.0

@@ -22,7 +22,8 @@ from ..distributed import state as dist_state
 from ..fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
 from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.load import tensor_mb
-from . import loop, replay
+from ..phases.train_steps import load_details, machine_load
+from . import fresh_variant, loop, replay
 from .ranks import require_agreement
 from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
 
@@ -43,10 +44,13 @@ def optimizer_state_mb(trainer: Any) -> float:
 
 
 def configured(fn: Body) -> Body:
-    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`."""
+    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`;
+    one that changes the script's args or env runs in a fresh capture (fresh_variant.py)."""
 
     @functools.wraps(fn)
     def run_configured(ctx: RunContext, run: PhaseRun) -> Outcome:
+        if fresh_variant.runs_fresh(ctx, run.step.variant):
+            return fresh_variant.fresh_phase(ctx, run)
         cfg = ctx.config(run.step.variant, run.overrides)
         with loop.batch_settings(
             trainer_of(ctx), cfg.microbatch, cfg.accumulation, cfg.activation_checkpointing
@@ -97,8 +101,8 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         )
     if not check.ok:
         raise PhaseFailure(
-            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (a compute_loss "
-            "that averages per microbatch and ignores num_items_in_batch?)",
+            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (the loss is "
+            f"{loop.loss_owner(trainer)}; does it average per microbatch and ignore num_items_in_batch?)",
             details,
         )
     if not finite(loss) or not finite(gn):
@@ -122,6 +126,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
     probe = probe_for(ctx, run)
     run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "updates": n + 1}
+    load_before = machine_load()
     t0 = time.perf_counter()
     loop.train_steps(trainer, n + 1, probe)
     total = time.perf_counter() - t0
@@ -140,7 +145,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         "losses": losses,
         "lrs": [r.get("learning_rate") for r in probe.ordered()],
         "timed": "between consecutive step ends of the trainer's own loop (data, forward, backward, optimizer, logging)",
-        "torch_threads": torch.get_num_threads(),
+        # The thread count, the cores and the load the times hold at (the plan's caveats read them).
+        **load_details(load_before, machine_load()),
     }
     bad = next((i for i, v in enumerate(losses) if not finite(v)), None)
     if bad is not None:
@@ -220,7 +226,9 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
 
 def _probe_batch(adapter: Any) -> dict[str, torch.Tensor]:
     rows = adapter.eval if adapter.eval is not None else adapter.train
-    return {k: v for k, v in rows.one(0).items() if k in ("input_ids", "attention_mask", "position_ids")}
+    # An encoder-decoder's logits need decoder inputs: it builds them from the row's labels.
+    keys = ("input_ids", "attention_mask", "position_ids") + (("labels",) if adapter.encoder_decoder else ())
+    return {k: v for k, v in rows.one(0).items() if k in keys}
 
 
 @body("export")

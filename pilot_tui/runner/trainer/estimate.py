@@ -36,6 +36,11 @@ def trainer_source(adapter: Any, model: torch.nn.Module) -> ModelSource:
     cls, dtype = type(model), next(model.parameters()).dtype
 
     def build() -> torch.nn.Module:
+        # Raised inside the fake run, so each configuration's row says "not estimable" and why.
+        if getattr(config, "is_encoder_decoder", False):
+            raise NotEstimable(
+                "encoder-decoder", "an encoder-decoder model of a captured trainer is not estimated yet"
+            )
 
         # On the meta device outside the fake mode, then every tensor a fake one (sources.py).
         with unset_fake_temporarily(), torch.device("meta"):

@@ -13,6 +13,27 @@ from ..objective_checks import AccumulationCheck, compare_accumulation
 from .probe import StepProbe
 
 
+def encoder_decoder(model: Any) -> bool:
+    """An encoder-decoder (`Seq2SeqTrainer`'s T5, BART…): its loss scores every target, unshifted."""
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
+def loss_owner(trainer: Any) -> str:
+    """Whose code computes the trainer's loss, for a verdict that must name what to fix."""
+    if getattr(trainer, "compute_loss_func", None) is not None:
+        return "the trainer's compute_loss_func"
+    own = type(trainer).compute_loss
+    if not own.__module__.startswith(("transformers.", "trl.")):
+        return f"the script's {own.__qualname__}"
+    model = unwrapped(trainer)
+    if getattr(trainer, "model_accepts_loss_kwargs", False):
+        return (
+            f"{type(model).__name__}'s own loss: its forward takes **kwargs, so the Trainer leaves the "
+            "division by num_items_in_batch to it and does not divide by the accumulation steps"
+        )
+    return f"{type(model).__name__}'s own loss"
+
+
 def unwrapped(trainer: Any) -> torch.nn.Module:
     return (
         trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
@@ -130,7 +151,9 @@ def accumulation_check(
     saved_steps = getattr(trainer, "current_gradient_accumulation_steps", 1)
     wide, narrow = [collate(rows)], [collate([r]) for r in rows]
     params = [p for p in model.parameters() if p.requires_grad]
-    lengths = [int((b["labels"][..., 1:] != -100).sum()) if "labels" in b else 0 for b in narrow]
+    # Each microbatch's scored tokens: after the causal shift, or every target of an encoder-decoder.
+    first = 0 if encoder_decoder(model) else 1
+    lengths = [int((b["labels"][..., first:] != -100).sum()) if "labels" in b else 0 for b in narrow]
     try:
         with no_dropout(model):
             check = compare_accumulation(
