@@ -689,7 +689,6 @@ def _check_rental(p: PlanSpec) -> None:
 TRAINER_OWNS = {
     "split": "the script's train_dataset and eval_dataset are the splits",
     "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
-    "fit_search": "a fit search on a captured trainer is not supported yet",
 }
 # `[distributed]` keys a trainer campaign refuses, with why: the trainer wraps its own model
 # (DDP through accelerate), so the pilot only launches its ranks.
@@ -749,6 +748,13 @@ def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
         if section in raw:
             raise _KeyError(section, f"not used with task.trainer_script: {why}")
     _trainer_distributed(raw.get("distributed", {}))
+    fit = raw.get("fit_search")
+    if isinstance(fit, dict) and "max_lengths" in fit:
+        raise _KeyError(
+            "fit_search.max_lengths",
+            "not used with task.trainer_script: the script tokenises (and cuts) its rows before the "
+            "capture, so a captured trainer's fit search tries microbatches only",
+        )
     variants = raw.get("variants", [])
     for i, v in enumerate(variants if isinstance(variants, list) else []):
         for key in v if isinstance(v, dict) else {}:

@@ -62,6 +62,12 @@ def test_ddp_launches_the_scripts_ranks(tmp_path):
     assert spec.variants[0].values == {"microbatch": 2}
 
 
+def test_a_fit_search_over_microbatches_is_a_trainers_too(tmp_path):
+    # The correct twin of the max-lengths mistake: microbatches change trainer.args in place.
+    spec = load_spec(_write(tmp_path, GOOD + "\n[fit_search]\nmicrobatches = [1, 2, 4]\n")).spec
+    assert spec.fit_search is not None and spec.fit_search.microbatches == [1, 2, 4]
+
+
 CASES = {
     "optim": (
         GOOD + "\n[optim]\nlr = 0.1\n",
@@ -99,6 +105,10 @@ CASES = {
         .replace("env = {", "#")
         + '\n[batch]\nmicrobatch = 2\nupdates = 4\n[[variants]]\nid = "v"\nmicrobatch = 1\nargs = ["--bf16"]\n',
         "variants[0].args: only a task.trainer_script's variant takes command-line arguments",
+    ),
+    "fit search max lengths": (
+        GOOD + "\n[fit_search]\nmicrobatches = [1, 2]\nmax_lengths = [64]\n",
+        "line 11: fit_search.max_lengths: not used with task.trainer_script: the script tokenises",
     ),
     "empty variant": (GOOD + '\n[[variants]]\nid = "same"\n', "variants[0]: variant 'same' changes nothing"),
     "env name": (

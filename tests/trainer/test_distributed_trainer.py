@@ -45,6 +45,7 @@ def test_a_trainer_script_runs_its_phases_on_two_ranks(tiny, tmp_path):
     # Every rank built the same rows and weights (gathered at the capture).
     digests = load["rank_digests"]
     assert len(digests) == WORLD and digests[0] == digests[1]
+    assert set(digests[0]["datasets"]) == {"train_dataset", "eval_dataset"}
     first = run.row("first_step")["details"]
     assert first["trained_as"] == "DistributedDataParallel"
     assert first["rank_loss_scale"]["scale"] == pytest.approx(1.0, abs=1e-4)

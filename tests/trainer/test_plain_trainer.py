@@ -163,6 +163,13 @@ def test_the_estimate_rebuilds_their_model_under_fake_tensors(plain):
     # The captured model's own parameter count, and its longest rows as the sequence length.
     assert control["trainable_parameters"] == plain.row("load")["details"]["trainable_parameters"]
     assert control["max_length"] == plain.record["dataset"]["max_length"] > 0
+    # The trainer's own optim (transformers' default) as the estimate's optimizer, said in the source;
+    # its state is what the trainer's optimizer holds after its first step (2 float32 moments per
+    # parameter, each tensor's rounded up to the allocator's 512-byte blocks in the estimate).
+    assert control["optimizer"] == "adamw_fused"
+    assert "optimizer adamw_torch_fused estimated as adamw_fused" in plain.record["estimate"]["source"]
+    measured = plain.row("first_step")["details"]["optimizer_state_mb"]
+    assert measured <= control["optimizer_state_mb"] <= measured * 1.1
 
 
 def test_final_reloads_the_export_in_a_new_process(plain):

@@ -32,17 +32,24 @@ def test_a_tensor_row_is_hashed_whole():
     assert rows_digest(Rows([{"input_ids": x}], None)) != rows_digest(Rows([{"input_ids": y}], None))
 
 
+def _digests(weights: str = "w", **datasets: str) -> dict:
+    return {"datasets": {"train_dataset": "t", "eval_dataset": "e"} | datasets, "weights": weights}
+
+
 def test_a_rank_with_another_split_is_named():
-    same = {"train": "t", "eval": "e", "weights": "w"}
-    assert disagreement([same, dict(same)]) == ("", [])
-    problem, weights = disagreement([same, same | {"train": "x", "eval": "y"}, same | {"eval": "z"}])
+    assert disagreement([_digests(), _digests()]) == ("", [])
+    every = [_digests(), _digests(train_dataset="x", eval_dataset="y"), _digests(eval_dataset="z")]
+    problem, weights = disagreement(every)
     assert problem.startswith("rank 1, 2 built another train_dataset and eval_dataset than rank 0")
     assert "seeded per rank" in problem and weights == []
+    # An eval set of a dict, named as the script named it; a set one rank lacks differs too.
+    named = {"eval_dataset['b']": "b"}
+    problem, _ = disagreement([_digests(**named), _digests()])
+    assert problem.startswith("rank 1 built another eval_dataset['b'] than rank 0")
 
 
 def test_other_weights_are_not_a_failure_but_are_named():
-    same = {"train": "t", "eval": "e", "weights": "w"}
-    assert disagreement([same, same | {"weights": "v"}]) == ("", [1])
+    assert disagreement([_digests(), _digests(weights="v")]) == ("", [1])
     w = {"a": torch.ones(3), "b": torch.zeros(2)}
     assert weights_digest(w) == weights_digest({k: v.clone() for k, v in w.items()})
     assert weights_digest(w) != weights_digest(w | {"b": torch.ones(2)})

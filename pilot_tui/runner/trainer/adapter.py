@@ -51,16 +51,28 @@ class Rows:
         return {k: v for k, v in dict(batch).items() if isinstance(v, torch.Tensor)}
 
 
-def _rows(trainer: Any, which: str) -> Rows | None:
-    if which == TRAIN:
-        if trainer.train_dataset is None:
-            return None
-        loader = trainer.get_train_dataloader()
-    else:
-        if trainer.eval_dataset is None or isinstance(trainer.eval_dataset, dict):
-            return None
-        loader = trainer.get_eval_dataloader()
+def _train_rows(trainer: Any) -> Rows | None:
+    if trainer.train_dataset is None:
+        return None
+    loader = trainer.get_train_dataloader()
     return Rows(loader.dataset, loader.collate_fn)
+
+
+def eval_sets(trainer: Any) -> dict[str, tuple[str | None, Rows]]:
+    """The trainer's eval datasets by split name: `eval` for one dataset; `eval_a`, `eval_b` for
+    `eval_dataset = {"a": …, "b": …}` (the prefix `Trainer.evaluate` gives each one's metrics),
+    each with its dict key and its rows as its own eval dataloader sees them."""
+    ds = trainer.eval_dataset
+    if ds is None:
+        return {}
+    if not isinstance(ds, dict):
+        loader = trainer.get_eval_dataloader()
+        return {EVAL: (None, Rows(loader.dataset, loader.collate_fn))}
+    out: dict[str, tuple[str | None, Rows]] = {}
+    for name in ds:
+        loader = trainer.get_eval_dataloader(name)  # a name: the dict's dataset, its columns removed
+        out[f"{EVAL}_{name}"] = (str(name), Rows(loader.dataset, loader.collate_fn))
+    return out
 
 
 def stack(rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -142,7 +154,8 @@ class TrainerAdapter:
 
     trainer: Any
     train: Rows
-    eval: Rows | None
+    # Split name (`eval`, or `eval_NAME` for each entry of a dict) -> (the dict key, the rows).
+    eval_sets: dict[str, tuple[str | None, Rows]]
     tokenizer: Any
     pad_id: int
     ends: set[int] = field(default_factory=set)
@@ -156,14 +169,11 @@ class TrainerAdapter:
     ONE_PROCESS: ClassVar[tuple[str, ...]] = ("resume",)
 
     def __post_init__(self) -> None:
-        examples: list[Example] = [
-            {"id": f"train[{i}]", "group": f"train[{i}]", "split": TRAIN, "row": i}
-            for i in range(len(self.train))
-        ]
-        if self.eval is not None:
+        examples: list[Example] = []
+        for split, rows in self.row_sets().items():
             examples += [
-                {"id": f"eval[{i}]", "group": f"eval[{i}]", "split": EVAL, "row": i}
-                for i in range(len(self.eval))
+                {"id": f"{split}[{i}]", "group": f"{split}[{i}]", "split": split, "row": i}
+                for i in range(len(rows))
             ]
         self.examples = examples
         self._lengths: dict[tuple[str, int], int] = {}
@@ -182,12 +192,27 @@ class TrainerAdapter:
             data_checks=self.checks,
         )
 
+    @property
+    def eval(self) -> Rows | None:
+        """The first eval dataset's rows (None without one)."""
+        return next((rows for _, rows in self.eval_sets.values()), None)
+
+    def evals(self) -> dict[str, Rows]:
+        return {split: rows for split, (_, rows) in self.eval_sets.items()}
+
+    def row_sets(self) -> dict[str, Rows]:
+        """Every dataset of the trainer by split name, train first."""
+        return {TRAIN: self.train, **self.evals()}
+
+    def eval_examples(self) -> int:
+        return sum(len(rows) for rows in self.evals().values())
+
     @staticmethod
     def _no_build() -> torch.nn.Module:
         raise RuntimeError("a captured trainer's model is the script's own; the pilot never builds another")
 
     def rows_of(self, split: str) -> Rows:
-        rows = self.train if split == TRAIN else self.eval
+        rows = self.row_sets().get(split)
         if rows is None:
             raise ValueError(f"the trainer has no {split} dataset")
         return rows
@@ -243,8 +268,8 @@ class TrainerAdapter:
 
     def longest(self) -> int:
         """The longest row the trainer's datasets hold (the campaign's max length)."""
-        rows = [("train", self.train), ("eval", self.eval)]
-        return max((self.length(s, i) for s, r in rows if r is not None for i in range(len(r))), default=0)
+        sets = self.row_sets()
+        return max((self.length(s, i) for s, r in sets.items() for i in range(len(r))), default=0)
 
     def checks(self) -> list[Check]:
         pairs = self.pair_check()
@@ -357,14 +382,16 @@ class TrainerAdapter:
 
 
 def adapt(trainer: Any) -> TrainerAdapter:
-    for name in ("train_dataset", "eval_dataset"):
-        ds = getattr(trainer, name)
-        if ds is not None and not isinstance(ds, dict) and not hasattr(ds, "__getitem__"):
+    evals = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
+    named = [("train_dataset", trainer.train_dataset)]
+    named += [(f"eval_dataset[{k!r}]" if k else "eval_dataset", ds) for k, ds in evals.items()]
+    for name, ds in named:
+        if ds is not None and not hasattr(ds, "__getitem__"):
             raise ValueError(
                 f"its {name} is a {type(ds).__name__} without indexed rows (an IterableDataset?): "
                 "the pilot needs rows it can index (a datasets.Dataset or a map-style torch Dataset)"
             )
-    train = _rows(trainer, TRAIN)
+    train = _train_rows(trainer)
     if train is None:
         raise ValueError("the trainer has no train_dataset")
     tok = getattr(trainer, "processing_class", None)
@@ -377,7 +404,7 @@ def adapt(trainer: Any) -> TrainerAdapter:
     return TrainerAdapter(
         trainer,
         train,
-        _rows(trainer, EVAL),
+        eval_sets(trainer),
         tok,
         int(pad),
         end_ids(tok) if tok else set(),

@@ -24,9 +24,10 @@ from ..distributed.launcher import resolve_world
 from ..probes import _vm_hwm_bytes
 
 # Imported for their @body registrations.
-from . import board, data_gates, engine_gates, resume_gate  # noqa: F401
+from . import board, data_gates, engine_gates, fit_gate, resume_gate  # noqa: F401
 from .adapter import adapt
 from .capture import CaptureError, capture
+from .estimate import trainer_optimizer
 from .loop import checkpointing, snapshot, unwrapped
 from .ranks import check_ranks_agree
 from .registry import BODIES, INITIAL
@@ -125,7 +126,17 @@ def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest
         drop_last=bool(a.dataloader_drop_last),
         num_workers=int(a.dataloader_num_workers),
     )
-    return dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec, batch=batch))
+    # The trainer's optimizer as the estimate builds it (estimate.py says where it differs), with
+    # its weight decay and clipping: `[optim]` is refused in a trainer campaign.
+    optim = dataclasses.replace(
+        loaded.spec.optim,
+        name=trainer_optimizer(a)[0],
+        lr=float(a.learning_rate),
+        weight_decay=float(a.weight_decay),
+        grad_clip=float(a.max_grad_norm or 0.0),
+        seed=int(a.seed),
+    )
+    return dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec, batch=batch, optim=optim))
 
 
 def open_trainer_campaign(

@@ -4,6 +4,7 @@ sees them, its splits, and a tiny subset learnt through its own `training_step`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,7 +57,8 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         "dtype": str(params[0].dtype).removeprefix("torch.") if params else "",
         "trainable": f"{trainable:,} of {sum(p.numel() for p in params):,} parameters trainable",
         "train_examples": len(adapter_of(ctx).train),
-        "eval_examples": len(adapter_of(ctx).eval) if adapter_of(ctx).eval is not None else 0,
+        "eval_examples": adapter_of(ctx).eval_examples(),
+        "eval_sets": {split: len(rows) for split, rows in adapter_of(ctx).evals().items()},
         "per_device_train_batch_size": a.per_device_train_batch_size,
         "gradient_accumulation_steps": a.gradient_accumulation_steps,
         "learning_rate": a.learning_rate,
@@ -125,36 +127,49 @@ def _input_digest(batch: dict[str, torch.Tensor]) -> str:
 @body("split")
 def split(ctx: RunContext, run: PhaseRun) -> Outcome:
     adapter = adapter_of(ctx)
-    if adapter.eval is None:
+    run.current_input = {"train": len(adapter.train), "eval": adapter.eval_examples()}
+    return compare_splits(adapter, ctx.check_cancel)
+
+
+def compare_splits(adapter: Any, check_cancel: Callable[[], None] = lambda: None) -> Outcome:
+    """Every eval set's inputs against every train row's: identical inputs fail, naming the set."""
+    evals = adapter.evals()
+    if not evals:
         return Outcome(
             WARN, "the script gives the trainer no eval_dataset: nothing to compare", {"eval_examples": 0}
         )
-    run.current_input = {"train": len(adapter.train), "eval": len(adapter.eval)}
     seen: dict[str, int] = {}
     for i in range(len(adapter.train)):
-        ctx.check_cancel()
+        check_cancel()
         seen.setdefault(_input_digest(adapter.train.one(i)), i)
-    same = []
-    for j in range(len(adapter.eval)):
-        k = seen.get(_input_digest(adapter.eval.one(j)))
-        if k is not None:
-            same.append((j, k))
+    same: list[tuple[str, int, int]] = []
+    per_set: dict[str, int] = {}
+    for name, rows in evals.items():
+        hits = [(name, j, seen[d]) for j in range(len(rows)) if (d := _input_digest(rows.one(j))) in seen]
+        per_set[name] = len(hits)
+        same += hits
     details: dict[str, Any] = {
         "train_examples": len(adapter.train),
-        "eval_examples": len(adapter.eval),
+        "eval_examples": adapter.eval_examples(),
+        "eval_sets": {name: len(rows) for name, rows in evals.items()},
         "same_input": len(same),
-        "pairs": [{"eval": j, "train": k} for j, k in same[:10]],
+        "same_input_by_set": per_set,
+        "pairs": [{"eval": f"{name}[{j}]", "train": f"train[{k}]"} for name, j, k in same[:10]],
     }
+    sets = f" over {len(evals)} eval sets ({', '.join(evals)})" if len(evals) > 1 else ""
     if same:
-        j, k = same[0]
+        name, j, k = same[0]
+        which = ", ".join(f"{n}: {c} of {len(evals[n])}" for n, c in per_set.items() if c)
         return Outcome(
             FAIL,
-            f"{len(same)} of {len(adapter.eval)} eval examples have inputs identical to a train example "
-            f"(eval[{j}] = train[{k}]): evaluation measures memorisation",
+            f"{len(same)} eval examples have inputs identical to a train example ({which}; "
+            f"{name}[{j}] = train[{k}]): evaluation measures memorisation",
             details,
         )
     return Outcome(
-        PASS, f"no eval example has the inputs of a train example ({len(adapter.eval)} compared)", details
+        PASS,
+        f"no eval example has the inputs of a train example ({adapter.eval_examples()} compared{sets})",
+        details,
     )
 
 

@@ -157,36 +157,60 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     return Outcome(PASS, f"{n} timed updates, {details['step_time_s'] * 1000:.1f} ms each", details)
 
 
+def _subset(ds: Any, rows: list[int]) -> Any:
+    return ds.select(rows) if hasattr(ds, "select") else torch.utils.data.Subset(ds, rows)
+
+
 @body("eval_longest")
 @configured
 def eval_longest(ctx: RunContext, run: PhaseRun) -> Outcome:
+    """`evaluate()` on the longest rows of each eval set: one dataset, or each entry of a dict
+    under its own metric prefix (`eval_a_loss`), as the trainer evaluates them."""
     trainer, adapter = trainer_of(ctx), adapter_of(ctx)
-    if adapter.eval is None:
+    if not adapter.eval_sets:
         return Outcome(
             WARN, "the script gives the trainer no eval_dataset: nothing evaluated", {"examples": 0}
         )
-    k = max(1, min(len(adapter.eval), 2 * trainer.args.per_device_eval_batch_size))
-    lengths = [adapter.length("eval", i) for i in range(len(adapter.eval))]
-    longest = sorted(range(len(lengths)), key=lambda i: -lengths[i])[:k]
-    ds = trainer.eval_dataset
-    subset = ds.select(longest) if hasattr(ds, "select") else torch.utils.data.Subset(ds, longest)
-    run.current_input = {"examples": k, "longest": max(lengths)}
+    per_set: dict[str, dict[str, Any]] = {}
+    # One dataset is evaluated as itself; a dict as a dict (each under its own metric prefix).
+    chosen: dict[str, Any] = {}
+    single: Any = None
+    for split, (key, rows) in adapter.eval_sets.items():
+        k = max(1, min(len(rows), 2 * trainer.args.per_device_eval_batch_size))
+        lengths = [adapter.length(split, i) for i in range(len(rows))]
+        longest = sorted(range(len(lengths)), key=lambda i, n=lengths: -n[i])[:k]
+        ds = trainer.eval_dataset if key is None else trainer.eval_dataset[key]
+        if key is None:
+            single = _subset(ds, longest)
+        else:
+            chosen[key] = _subset(ds, longest)
+        per_set[split] = {"examples": k, "lengths": [lengths[i] for i in longest]}
+    longest_row = max(max(d["lengths"]) for d in per_set.values())
+    total = sum(d["examples"] for d in per_set.values())
+    run.current_input = {"examples": total, "longest": longest_row}
     t0 = time.perf_counter()
-    metrics = trainer.evaluate(eval_dataset=subset)
+    metrics = trainer.evaluate(eval_dataset=single if single is not None else chosen)
     seconds = time.perf_counter() - t0
-    loss = metrics.get("eval_loss", math.nan)
-    details = {
-        "examples": k,
-        "lengths": [lengths[i] for i in longest],
-        "eval_loss": loss,
+    for split, d in per_set.items():
+        d["eval_loss"] = metrics.get(f"{split}_loss", math.nan)
+    details: dict[str, Any] = {
+        "examples": total,
+        "lengths": [n for d in per_set.values() for n in d["lengths"]],
         "eval_s": seconds,
         "metrics": {key: v for key, v in metrics.items() if isinstance(v, int | float)},
     }
-    if not finite(loss):
-        raise PhaseFailure(f"non-finite eval loss on the {k} longest eval examples", details)
-    return Outcome(
-        PASS, f"evaluate() on the {k} longest eval examples ({max(lengths)} tokens): loss {loss:.4g}", details
+    if len(per_set) == 1:
+        details["eval_loss"] = next(iter(per_set.values()))["eval_loss"]
+    else:
+        details["eval_sets"] = per_set
+    bad = [split for split, d in per_set.items() if not finite(d["eval_loss"])]
+    if bad:
+        raise PhaseFailure(f"non-finite eval loss on the longest examples of {', '.join(bad)}", details)
+    losses = ", ".join(f"{split} {d['eval_loss']:.4g}" for split, d in per_set.items())
+    where = f"the {total} longest eval examples" + (
+        f" ({len(per_set)} sets, each's own)" if len(per_set) > 1 else ""
     )
+    return Outcome(PASS, f"evaluate() on {where} ({longest_row} tokens): loss {losses}", details)
 
 
 def _folder(path: Path) -> dict[str, Any]:

@@ -60,17 +60,27 @@ def _broadcast_weights(ctx: RunContext) -> None:
     restore(unwrapped(trainer_of(ctx)), saved)
 
 
-def disagreement(every: list[dict[str, str]]) -> tuple[str, list[int]]:
-    """From each rank's digests: the sentence naming the ranks whose datasets differ from rank
-    0's ('' when none), and the ranks whose initial weights do."""
+def dataset_digests(adapter: Any) -> dict[str, str]:
+    """Each of the trainer's datasets by the name the script gave it, hashed."""
+    out = {"train_dataset": rows_digest(adapter.train)}
+    for key, rows in adapter.eval_sets.values():
+        out["eval_dataset" if key is None else f"eval_dataset[{key!r}]"] = rows_digest(rows)
+    return out
+
+
+def disagreement(every: list[dict[str, Any]]) -> tuple[str, list[int]]:
+    """From each rank's digests ({"datasets": {name: digest}, "weights": digest}): the sentence
+    naming the ranks whose datasets differ from rank 0's ('' when none), and the ranks whose
+    initial weights do."""
+    names = sorted({n for d in every for n in d["datasets"]}, key=lambda n: (n != "train_dataset", n))
     differ = {
-        what: [r for r, d in enumerate(every) if d[key] != every[0][key]]
-        for key, what in (("train", "train_dataset"), ("eval", "eval_dataset"))
+        n: [r for r, d in enumerate(every) if d["datasets"].get(n) != every[0]["datasets"].get(n)]
+        for n in names
     }
     bad = sorted({r for ranks in differ.values() for r in ranks})
     problem = ""
     if bad:
-        which = " and ".join(what for what, ranks in differ.items() if ranks)
+        which = " and ".join(n for n, ranks in differ.items() if ranks)
         problem = (
             f"rank {', '.join(map(str, bad))} built another {which} than rank 0 (its rows or their order): a "
             "split or shuffle seeded per rank (set_seed(seed + rank) before train_test_split?); each rank "
@@ -84,12 +94,7 @@ def check_ranks_agree(ctx: RunContext) -> None:
     """Gather each rank's dataset and weight digests; remember what differs from rank 0's."""
     if dist_state.world() < 2:
         return
-    adapter = adapter_of(ctx)
-    mine = {
-        "train": rows_digest(adapter.train),
-        "eval": rows_digest(adapter.eval),
-        "weights": weights_digest(ctx.memo[INITIAL]),
-    }
+    mine = {"datasets": dataset_digests(adapter_of(ctx)), "weights": weights_digest(ctx.memo[INITIAL])}
     every: list[Any] = [None] * dist_state.world()
     dist.all_gather_object(every, mine)
     problem, differ = disagreement(every)
