@@ -590,6 +590,13 @@ def _check(spec: CampaignSpec) -> None:
             # The control's batch is the trainer's own, known once the script is captured.
             need(bool(v.values) or v.fresh_capture, key, f"variant {v.id!r} changes nothing from the control")
             _check_fresh_capture(v, t, key)
+            for name in FRESH_CAPTURE_KEYS:
+                need(
+                    not getattr(v, name) or spec.distributed.strategy == "none",
+                    f"{key}.{name}",
+                    "a fresh-capture variant runs in one process of its own, not on the [distributed] "
+                    "ranks yet: change microbatch, accumulation or activation_checkpointing only",
+                )
             continue
         for name in FRESH_CAPTURE_KEYS:
             need(
@@ -682,7 +689,13 @@ def _check_rental(p: PlanSpec) -> None:
 TRAINER_OWNS = {
     "split": "the script's train_dataset and eval_dataset are the splits",
     "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
-    "distributed": "a captured trainer runs on one process for now",
+}
+# `[distributed]` keys a trainer campaign refuses, with why: the trainer wraps its own model
+# (DDP through accelerate), so the pilot only launches its ranks.
+TRAINER_DISTRIBUTED_REFUSED = {
+    "checkpoint": "the trainer's own checkpoint code saves (save_only_model, save_safetensors in task.args)",
+    "nnodes": "a captured trainer runs on one node for now",
+    "rdzv_endpoint": "a captured trainer runs on one node for now",
 }
 # Batch keys a trainer campaign may still set: where it runs.
 TRAINER_BATCH_KEYS = ("device",)
@@ -732,10 +745,9 @@ def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(task, dict) or not task.get("trainer_script"):
         return raw
     for section, why in TRAINER_OWNS.items():
-        if section in raw and not (
-            section == "distributed" and raw[section].get("strategy", "none") == "none"
-        ):
+        if section in raw:
             raise _KeyError(section, f"not used with task.trainer_script: {why}")
+    _trainer_distributed(raw.get("distributed", {}))
     fit = raw.get("fit_search")
     if isinstance(fit, dict) and "max_lengths" in fit:
         raise _KeyError(
@@ -764,6 +776,22 @@ def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
                 "(per_device_train_batch_size, gradient_accumulation_steps, max_steps)",
             )
     return raw | {"batch": {"microbatch": 1, "updates": 1, **batch}}
+
+
+def _trainer_distributed(d: Any) -> None:
+    """A trainer campaign's `[distributed]`: strategy 'ddp' launches its ranks; the trainer's
+    FSDP is the script's own arguments, so the pilot's 'fsdp' (its own sharding) is refused."""
+    if not isinstance(d, dict):
+        return  # typed (and refused) with the other sections
+    if d.get("strategy") == "fsdp":
+        raise _KeyError(
+            "distributed.strategy",
+            "a captured trainer shards as its TrainingArguments say (--fsdp ... in task.args), not by "
+            "the pilot: use strategy = 'ddp' to launch its ranks (FSDP through the trainer is not piloted yet)",
+        )
+    for key, why in TRAINER_DISTRIBUTED_REFUSED.items():
+        if key in d and not (key == "nnodes" and d[key] == 1):
+            raise _KeyError(f"distributed.{key}", f"not used with task.trainer_script: {why}")
 
 
 # --------------------------------------------------------------------------------------------

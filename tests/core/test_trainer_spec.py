@@ -52,6 +52,16 @@ def test_batch_device_is_still_the_campaigns(tmp_path):
     assert spec.batch.device == "cpu"
 
 
+def test_ddp_launches_the_scripts_ranks(tmp_path):
+    text = GOOD + '\n[distributed]\nstrategy = "ddp"\nnproc_per_node = 2\nbackend = "gloo"\nnnodes = 1\n'
+    spec = load_spec(_write(tmp_path, text)).spec
+    assert spec.distributed.strategy == "ddp" and spec.distributed.world == 2
+    assert spec.batch.replicas == 2  # the world size, as in any distributed campaign
+    # A variant changing the batch in place runs on the ranks like the control.
+    spec = load_spec(_write(tmp_path, text + '\n[[variants]]\nid = "mb2"\nmicrobatch = 2\n')).spec
+    assert spec.variants[0].values == {"microbatch": 2}
+
+
 def test_a_fit_search_over_microbatches_is_a_trainers_too(tmp_path):
     # The correct twin of the max-lengths mistake: microbatches change trainer.args in place.
     spec = load_spec(_write(tmp_path, GOOD + "\n[fit_search]\nmicrobatches = [1, 2, 4]\n")).spec
@@ -115,6 +125,22 @@ CASES = {
         "line 5: task.trainer_script: must name a Python file",
     ),
     "with file": (GOOD + 'file = "task.py"\n', "line 4: task: set exactly one of task.builtin or task.file"),
+    "distributed fsdp": (
+        GOOD + '\n[distributed]\nstrategy = "fsdp"\nnproc_per_node = 2\n',
+        "line 10: distributed.strategy: a captured trainer shards as its TrainingArguments say (--fsdp",
+    ),
+    "distributed checkpoint": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\ncheckpoint = "full"\n',
+        "line 11: distributed.checkpoint: not used with task.trainer_script: the trainer's own checkpoint",
+    ),
+    "distributed fresh variant": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\n\n[[variants]]\nid = "bf16"\nargs = ["--bf16"]\n',
+        "variants[0].args: a fresh-capture variant runs in one process of its own, not on the [distributed]",
+    ),
+    "distributed nodes": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\nnnodes = 2\nrdzv_endpoint = "h:1"\n',
+        "line 11: distributed.nnodes: not used with task.trainer_script: a captured trainer runs on one node",
+    ),
     "args elsewhere": (
         GOOD.replace('trainer_script = "train.py"', 'builtin = "instruct"')
         + "\n[batch]\nmicrobatch = 2\nupdates = 4\n",

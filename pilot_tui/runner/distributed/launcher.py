@@ -54,7 +54,13 @@ def backend(ctx: RunContext) -> str:
 
 
 def runs_on_ranks(ctx: RunContext, step: Step) -> bool:
-    return ctx.spec.distributed.strategy != "none" and step.phase in phase_table.on_ranks()
+    # A captured trainer's adapter may keep a phase in this process (its resume: see docs/trainer.md).
+    here = getattr(ctx.adapter, "ONE_PROCESS", ())
+    return (
+        ctx.spec.distributed.strategy != "none"
+        and step.phase in phase_table.on_ranks()
+        and step.phase not in here
+    )
 
 
 def group_for(ctx: RunContext) -> RankGroup:

@@ -18,6 +18,7 @@ from ..phases.inspect import with_task_checks
 from ..phases.load import tensor_mb
 from . import loop
 from .batches import loader_view
+from .ranks import require_agreement
 from .registry import INITIAL, adapter_of, body, trainer_of
 
 
@@ -34,6 +35,7 @@ def _output_size(model: torch.nn.Module) -> ModelOutput:
 @body("load")
 def load(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer, cap = trainer_of(ctx), ctx.memo["trainer_capture"]
+    agreement = require_agreement(ctx)  # on several ranks: the same rows everywhere
     model = loop.unwrapped(trainer)
     params = list(model.parameters())
     bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
@@ -67,7 +69,11 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         "collator": getattr(trainer.data_collator, "__name__", type(trainer.data_collator).__name__),
         "pilot_changed": cap["changes"],
         "versions": cap["versions"],
-    }
+        # What the trainer itself made of the launch (torchrun's LOCAL_RANK / WORLD_SIZE).
+        "trainer_world_size": int(a.world_size),
+        "trainer_process_index": int(a.process_index),
+        "distributed_type": str(getattr(trainer.accelerator.state.distributed_type, "value", "")),
+    } | agreement
     if cap["train_kwargs"]:
         details["train_called_with"] = {k: str(v) for k, v in cap["train_kwargs"].items()}
     reason = (

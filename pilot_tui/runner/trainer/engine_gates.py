@@ -18,11 +18,13 @@ from ...analysis.loss_trend import loss_trend
 from ...core.hashing import sha256_file
 from ...core.verdict import PASS, WARN
 from ..context import RunContext
+from ..distributed import state as dist_state
 from ..fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
 from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.load import tensor_mb
 from ..phases.train_steps import load_details, machine_load
 from . import fresh_variant, loop, replay
+from .ranks import require_agreement
 from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
 
 
@@ -62,10 +64,13 @@ def configured(fn: Body) -> Body:
 @configured
 def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer, adapter = trainer_of(ctx), adapter_of(ctx)
+    require_agreement(ctx)
     from_start(ctx)
     rows = _accumulation_rows(ctx)
     run.current_input = {"accumulation_check_examples": len(rows)}
     check, items = loop.accumulation_check(trainer, rows, adapter.train.collate_fn)
+    world = dist_state.world()
+    scaled = loop.rank_loss_scale(trainer, rows, adapter.train.collate_fn) if world > 1 else {}
     probe = probe_for(ctx, run)
     run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "update": 1}
     loop.train_steps(trainer, 1, probe)
@@ -80,9 +85,20 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         "train_batch_size": trainer._train_batch_size,
         "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
         "activation_checkpointing": loop.checkpointing(trainer.args),
+        # DistributedDataParallel on several ranks: the trainer wrapped its own model.
+        "trained_as": type(trainer.model_wrapped).__name__,
         "accumulation": check.as_dict() | items,
         "ran": "the trainer's own train() for max_steps = 1",
-    }
+    } | ({"rank_loss_scale": scaled} if scaled else {})
+    scale = scaled.get("scale")
+    if scale is not None and abs(scale - 1.0) > 1e-3:
+        raise PhaseFailure(
+            f"on {world} ranks the same rows' loss is {scale:.3g} × their one-process loss: compute_loss "
+            "divides by num_items_in_batch, which the trainer counts over every rank "
+            f"(average_tokens_across_devices), and does not multiply by the {world} processes as "
+            f"Trainer.compute_loss does: loss and gradients are {scale:.3g} × the intended",
+            details,
+        )
     if not check.ok:
         raise PhaseFailure(
             f"{check.message()}: the loss normalisation weighs microbatches, not tokens (the loss is "
@@ -106,6 +122,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The trainer's own train() for 1 + N updates; the first (warm-up) is not timed."""
     trainer = trainer_of(ctx)
+    require_agreement(ctx)
     n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
     probe = probe_for(ctx, run)
     run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "updates": n + 1}
@@ -213,6 +230,7 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure("no optimizer yet: first_step or steady must run before save")
     t0 = time.perf_counter()
     trainer._save_checkpoint(trainer.model, trial=None)
+    dist_state.barrier()  # on several ranks rank 0 writes the model and optimizer: wait for it
     seconds = time.perf_counter() - t0
     path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
     if not path.is_dir():
@@ -244,6 +262,7 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     path = ctx.work_dir / "trainer-export"
     t0 = time.perf_counter()
     trainer.save_model(str(path))
+    dist_state.barrier()  # rank 0 alone writes the export
     seconds = time.perf_counter() - t0
     found = _folder(path)
     adapter_only = (path / "adapter_config.json").is_file()

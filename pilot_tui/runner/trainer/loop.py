@@ -171,3 +171,35 @@ def accumulation_check(
 def _items(trainer: Any, batches: list[dict[str, Any]]) -> int | None:
     n = trainer._get_num_items_in_batch(batches, trainer.args.device)
     return int(n) if n is not None else None
+
+
+def rank_loss_scale(trainer: Any, rows: list[Any], collate: Any) -> dict[str, Any]:
+    """On several ranks: one batch's loss as the trainer's loop normalises it (the token count
+    gathered over every rank, `average_tokens_across_devices`) against the one-process loss of
+    the same rows. Every rank holds the same rows here, so a loss weighed right is the same
+    either way (DDP averages the ranks' gradients: each rank's loss must be its tokens' share of
+    the global sum times the number of ranks). A `compute_loss` that divides by the gathered
+    `num_items_in_batch` and does not multiply back, as `Trainer.compute_loss` does, gives
+    1/N of it. Forward only; the same collectives on every rank."""
+    args, model = trainer.args, trainer.model
+    batch = collate(rows)
+
+    def loss_now() -> float:
+        n = trainer._get_num_items_in_batch([batch], args.device)
+        inputs = trainer._prepare_inputs(dict(batch))  # compute_loss may pop the labels
+        with trainer.compute_loss_context_manager():
+            return float(trainer.compute_loss(model, inputs, num_items_in_batch=n).detach().float().cpu())
+
+    saved = args.average_tokens_across_devices
+    try:
+        with torch.no_grad(), no_dropout(model):
+            on_ranks = loss_now()
+            args.average_tokens_across_devices = False  # the count of this rank's rows alone
+            alone = loss_now()
+    finally:
+        args.average_tokens_across_devices = saved
+    return {
+        "loss_on_ranks": on_ranks,
+        "loss_one_process": alone,
+        "scale": on_ranks / alone if alone else None,
+    }
