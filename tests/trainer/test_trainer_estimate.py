@@ -48,3 +48,18 @@ def test_the_estimate_of_a_peft_model_counts_the_adapter_alone(tiny, tmp_path):
 def test_the_trainers_optim_is_the_estimates_where_it_is_known(optim, name, said):
     chosen, note = trainer_optimizer(SimpleNamespace(optim=optim))
     assert chosen == name and said in note
+
+
+def test_a_model_holding_two_adapters_is_said_not_estimable(tiny):
+    # Which adapter trains is the script's choice: the estimate refuses to guess, naming them.
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from pilot_tui.runner.trainer.estimate import NotEstimable, _rebuilder
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny.model), LoraConfig(r=4))
+    _, what = _rebuilder(model)  # the correct twin: one adapter
+    assert "LORA adapter r=4" in what
+    model.add_adapter("other", LoraConfig(r=2, target_modules=["v_proj"]))
+    with pytest.raises(NotEstimable, match=r"holds 2 adapters \(default, other\)"):
+        _rebuilder(model)
