@@ -53,3 +53,6 @@ def test_other_weights_are_not_a_failure_but_are_named():
     w = {"a": torch.ones(3), "b": torch.zeros(2)}
     assert weights_digest(w) == weights_digest({k: v.clone() for k, v in w.items()})
     assert weights_digest(w) != weights_digest(w | {"b": torch.ones(2)})
+    # bf16 weights and a 0-d buffer are hashed too.
+    odd = {"h": torch.ones(2, dtype=torch.bfloat16), "scale": torch.tensor(2.0)}
+    assert weights_digest(odd) != weights_digest(odd | {"scale": torch.tensor(3.0)})

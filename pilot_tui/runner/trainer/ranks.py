@@ -36,7 +36,7 @@ def rows_digest(rows: Any) -> str:
         for key, value in sorted(row.items()) if isinstance(row, dict) else [("", row)]:
             h.update(str(key).encode() + b"\0")
             # A tensor's repr elides its middle: its bytes instead.
-            h.update(value.numpy().tobytes() if isinstance(value, torch.Tensor) else repr(value).encode())
+            h.update(_bytes(value) if isinstance(value, torch.Tensor) else repr(value).encode())
     return h.hexdigest()[:16]
 
 
@@ -44,8 +44,13 @@ def weights_digest(weights: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for name in sorted(weights):
         h.update(name.encode())
-        h.update(weights[name].contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(_bytes(weights[name]))
     return h.hexdigest()[:16]
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    # Any dtype (bf16 has no numpy twin) and any shape (a 0-d tensor cannot change its dtype's size).
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def _broadcast_weights(ctx: RunContext) -> None:
