@@ -64,7 +64,11 @@ def rank_lines(data: dict) -> list[str]:
         if isinstance(r.get("step_time_s"), int | float):
             parts.append(f"step {r['step_time_s'] * 1e3:.1f} ms")
         if isinstance(r.get("save_s"), int | float):
-            parts.append(f"save {r['save_s']:.3f} s, {r.get('written_mb', 0):.1f} MiB written")
+            # A trainer's checkpoint says no per-rank bytes (rank 0 writes the model): none shown.
+            written = (
+                f", {r['written_mb']:.1f} MiB written" if isinstance(r.get("written_mb"), int | float) else ""
+            )
+            parts.append(f"save {r['save_s']:.3f} s{written}")
         if r.get("reason"):
             parts.append(str(r["reason"]))
         out.append("      " + " · ".join(parts))

@@ -308,6 +308,13 @@ def _variant_lines(args: Sequence[str]) -> list[str]:
         ]
     else:
         lines.append("# (no checkpointing variant: the args already turn it on)")
+    lines += [
+        "",
+        "# The largest microbatch that fits, each tried by changing trainer.args in place (microbatches",
+        "# only: the script fixes the max length and the precision):",
+        "# [fit_search]",
+        "# microbatches = [1, 2, 4, 8]",
+    ]
     lr = _number(_flag_value(args, LR_FLAGS))
     lines.append("")
     if lr > 0:

@@ -159,6 +159,10 @@ class OverfitSpec:
     lr: float = 3e-3
 
 
+# The `[[variants]]` keys of a fresh capture of a trainer script (VariantSpec.args / .env).
+FRESH_CAPTURE_KEYS = ("args", "env")
+
+
 @dataclass(frozen=True)
 class VariantSpec:
     """A memory variant (R11): the configuration dimensions it sets (core/dimensions.py); an
@@ -166,10 +170,19 @@ class VariantSpec:
 
     id: str
     values: dict[str, Any] = field(default_factory=dict)
+    # A captured trainer's variant built by a fresh capture (what its constructor fixes: precision,
+    # max length, FSDP): arguments appended to `task.args`, variables merged over `task.env`.
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> Any:
         """The value this variant sets for a dimension, None when it keeps the control's."""
         return self.values.get(name)
+
+    @property
+    def fresh_capture(self) -> bool:
+        """Whether the variant's script runs again with other arguments or environment."""
+        return bool(self.args or self.env)
 
 
 @dataclass(frozen=True)
@@ -452,7 +465,10 @@ def _build_variant(table: Any, key: str) -> VariantSpec:
     if "id" not in table:
         raise _KeyError(f"{key}.id", "required key is missing")
     values: dict[str, Any] = {}
-    for path, value in dimensions.flat_keys(table):
+    # A trainer script's command line and environment (refused for other campaigns in _check).
+    command = {name: table[name] for name in FRESH_CAPTURE_KEYS if name in table}
+    rest = {k: v for k, v in table.items() if k not in FRESH_CAPTURE_KEYS}
+    for path, value in dimensions.flat_keys(rest):
         if path == "id":
             continue
         d = dimensions.for_variant_key(path)
@@ -461,7 +477,12 @@ def _build_variant(table: Any, key: str) -> VariantSpec:
         if d.name in values:
             raise _KeyError(f"{key}.{path}", f"sets {d.name} a second time (as {d.name} and {d.spec_field})")
         values[d.name] = _convert(d.type, value, f"{key}.{path}")
-    return VariantSpec(id=_convert(str, table["id"], f"{key}.id"), values=values)
+    return VariantSpec(
+        id=_convert(str, table["id"], f"{key}.id"),
+        values=values,
+        args=_convert(list[str], command.get("args", []), f"{key}.args"),
+        env=_convert(dict[str, str], command.get("env", {}), f"{key}.env"),
+    )
 
 
 def _join(prefix: str, key: str) -> str:
@@ -567,8 +588,22 @@ def _check(spec: CampaignSpec) -> None:
             need(why is None, f"{key}.{name}", why or "")
         if t.trainer_script:
             # The control's batch is the trainer's own, known once the script is captured.
-            need(bool(v.values), key, f"variant {v.id!r} changes nothing from the control")
+            need(bool(v.values) or v.fresh_capture, key, f"variant {v.id!r} changes nothing from the control")
+            _check_fresh_capture(v, t, key)
+            for name in FRESH_CAPTURE_KEYS:
+                need(
+                    not getattr(v, name) or spec.distributed.strategy == "none",
+                    f"{key}.{name}",
+                    "a fresh-capture variant runs in one process of its own, not on the [distributed] "
+                    "ranks yet: change microbatch, accumulation or activation_checkpointing only",
+                )
             continue
+        for name in FRESH_CAPTURE_KEYS:
+            need(
+                not getattr(v, name),
+                f"{key}.{name}",
+                "only a task.trainer_script's variant takes command-line arguments or environment variables",
+            )
         # A dimension set to the control's own value changes nothing either (a duplicate measurement).
         changes = [
             value != dimensions.control_value(spec, dimensions.by_name(name))
@@ -654,14 +689,42 @@ def _check_rental(p: PlanSpec) -> None:
 TRAINER_OWNS = {
     "split": "the script's train_dataset and eval_dataset are the splits",
     "optim": "the optimizer, LR and schedule are the trainer's (its TrainingArguments)",
-    "fit_search": "a fit search on a captured trainer is not supported yet",
-    "distributed": "a captured trainer runs on one process for now",
+}
+# `[distributed]` keys a trainer campaign refuses, with why: the trainer wraps its own model
+# (DDP through accelerate), so the pilot only launches its ranks.
+TRAINER_DISTRIBUTED_REFUSED = {
+    "checkpoint": "the trainer's own checkpoint code saves (save_only_model, save_safetensors in task.args)",
+    "nnodes": "a captured trainer runs on one node for now",
+    "rdzv_endpoint": "a captured trainer runs on one node for now",
 }
 # Batch keys a trainer campaign may still set: where it runs.
 TRAINER_BATCH_KEYS = ("device",)
-# What a memory variant of a captured trainer may change: what `trainer.args` takes in place.
-# Precision, max length and the strategy are fixed when the script builds its trainer.
-TRAINER_VARIANT_KEYS = ("id", "microbatch", "accumulation", "activation_checkpointing")
+# What a memory variant of a captured trainer may change: what `trainer.args` takes in place, and
+# the script's command line and environment (a fresh capture: what its constructor fixes).
+TRAINER_VARIANT_KEYS = ("id", "microbatch", "accumulation", "activation_checkpointing", *FRESH_CAPTURE_KEYS)
+
+
+def _check_env(env: dict[str, str], key: str) -> None:
+    for name, value in env.items():
+        # Named by the table's key: an inline table's own keys have no line of their own.
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise _KeyError(key, f"{name!r} is not a valid environment variable name")
+        if "\0" in value:
+            raise _KeyError(key, f"the value of {name} holds a NUL character")
+
+
+def _check_fresh_capture(v: VariantSpec, task: TaskSpec, key: str) -> None:
+    """A variant's `args` follow `task.args` on the command line (argparse and HfArgumentParser
+    keep the last occurrence of a flag): a list repeating `task.args` means the other shape."""
+    _check_env(v.env, f"{key}.env")
+    if task.args and v.args[: len(task.args)] == task.args:
+        raise _KeyError(
+            f"{key}.args",
+            "is appended to task.args (the last occurrence of a flag wins): list only what the variant "
+            "changes, not task.args again",
+        )
+    if any("\0" in a for a in v.args):
+        raise _KeyError(f"{key}.args", "an argument holds a NUL character")
 
 
 def _check_trainer(spec: CampaignSpec) -> None:
@@ -672,12 +735,7 @@ def _check_trainer(spec: CampaignSpec) -> None:
             raise _KeyError(f"task.{key}", "not used with task.trainer_script (the script builds everything)")
     if not t.trainer_script.endswith(".py"):
         raise _KeyError("task.trainer_script", f"must name a Python file, got {t.trainer_script!r}")
-    for name, value in t.env.items():
-        # Named by the table's key: an inline table's own keys have no line of their own.
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise _KeyError("task.env", f"{name!r} is not a valid environment variable name")
-        if "\0" in value:
-            raise _KeyError("task.env", f"the value of {name} holds a NUL character")
+    _check_env(t.env, "task.env")
 
 
 def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
@@ -687,18 +745,25 @@ def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(task, dict) or not task.get("trainer_script"):
         return raw
     for section, why in TRAINER_OWNS.items():
-        if section in raw and not (
-            section == "distributed" and raw[section].get("strategy", "none") == "none"
-        ):
+        if section in raw:
             raise _KeyError(section, f"not used with task.trainer_script: {why}")
+    _trainer_distributed(raw.get("distributed", {}))
+    fit = raw.get("fit_search")
+    if isinstance(fit, dict) and "max_lengths" in fit:
+        raise _KeyError(
+            "fit_search.max_lengths",
+            "not used with task.trainer_script: the script tokenises (and cuts) its rows before the "
+            "capture, so a captured trainer's fit search tries microbatches only",
+        )
     variants = raw.get("variants", [])
     for i, v in enumerate(variants if isinstance(variants, list) else []):
         for key in v if isinstance(v, dict) else {}:
             if key not in TRAINER_VARIANT_KEYS:
                 raise _KeyError(
                     f"variants[{i}].{key}",
-                    "a captured trainer's variant changes only microbatch, accumulation or "
-                    "activation_checkpointing (the rest is fixed when the script builds its trainer)",
+                    "a captured trainer's variant changes microbatch, accumulation or "
+                    "activation_checkpointing in place, or the script's args / env (a fresh capture: "
+                    'e.g. args = ["--bf16"] for the precision)',
                 )
     batch = raw.get("batch", {})
     if not isinstance(batch, dict):
@@ -711,6 +776,22 @@ def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
                 "(per_device_train_batch_size, gradient_accumulation_steps, max_steps)",
             )
     return raw | {"batch": {"microbatch": 1, "updates": 1, **batch}}
+
+
+def _trainer_distributed(d: Any) -> None:
+    """A trainer campaign's `[distributed]`: strategy 'ddp' launches its ranks; the trainer's
+    FSDP is the script's own arguments, so the pilot's 'fsdp' (its own sharding) is refused."""
+    if not isinstance(d, dict):
+        return  # typed (and refused) with the other sections
+    if d.get("strategy") == "fsdp":
+        raise _KeyError(
+            "distributed.strategy",
+            "a captured trainer shards as its TrainingArguments say (--fsdp ... in task.args), not by "
+            "the pilot: use strategy = 'ddp' to launch its ranks (FSDP through the trainer is not piloted yet)",
+        )
+    for key, why in TRAINER_DISTRIBUTED_REFUSED.items():
+        if key in d and not (key == "nnodes" and d[key] == 1):
+            raise _KeyError(f"distributed.{key}", f"not used with task.trainer_script: {why}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -397,7 +397,12 @@ def lm_checks(
             )
         )
     else:
-        checks.append(Check("responses_cut", PASS, f"no response is cut by max_length {max_length}"))
+        said = (
+            f"no response is cut by max_length {max_length}"
+            if max_length
+            else "no max_length cuts here (rows arrive as the data preparation left them, cut or not)"
+        )
+        checks.append(Check("responses_cut", PASS, said))
     return checks
 
 

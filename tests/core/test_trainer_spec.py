@@ -36,9 +36,36 @@ def test_a_trainer_campaign_needs_no_batch_and_keeps_its_args(tmp_path):
     assert spec.batch.microbatch == 1
 
 
+def test_a_variant_may_change_the_scripts_args_and_env(tmp_path):
+    text = GOOD + (
+        '\n[[variants]]\nid = "bf16"\nargs = ["--bf16"]\nenv = { ACCELERATE_MIXED_PRECISION = "bf16" }\n'
+        '\n[[variants]]\nid = "mb2"\nmicrobatch = 2\n'
+    )
+    bf16, mb2 = load_spec(_write(tmp_path, text)).spec.variants
+    assert bf16.args == ["--bf16"] and bf16.env == {"ACCELERATE_MIXED_PRECISION": "bf16"}
+    assert bf16.fresh_capture and bf16.values == {}
+    assert not mb2.fresh_capture and mb2.get("microbatch") == 2
+
+
 def test_batch_device_is_still_the_campaigns(tmp_path):
     spec = load_spec(_write(tmp_path, GOOD + '\n[batch]\ndevice = "cpu"\n')).spec
     assert spec.batch.device == "cpu"
+
+
+def test_ddp_launches_the_scripts_ranks(tmp_path):
+    text = GOOD + '\n[distributed]\nstrategy = "ddp"\nnproc_per_node = 2\nbackend = "gloo"\nnnodes = 1\n'
+    spec = load_spec(_write(tmp_path, text)).spec
+    assert spec.distributed.strategy == "ddp" and spec.distributed.world == 2
+    assert spec.batch.replicas == 2  # the world size, as in any distributed campaign
+    # A variant changing the batch in place runs on the ranks like the control.
+    spec = load_spec(_write(tmp_path, text + '\n[[variants]]\nid = "mb2"\nmicrobatch = 2\n')).spec
+    assert spec.variants[0].values == {"microbatch": 2}
+
+
+def test_a_fit_search_over_microbatches_is_a_trainers_too(tmp_path):
+    # The correct twin of the max-lengths mistake: microbatches change trainer.args in place.
+    spec = load_spec(_write(tmp_path, GOOD + "\n[fit_search]\nmicrobatches = [1, 2, 4]\n")).spec
+    assert spec.fit_search is not None and spec.fit_search.microbatches == [1, 2, 4]
 
 
 CASES = {
@@ -53,7 +80,35 @@ CASES = {
     ),
     "variants": (
         GOOD + '\n[[variants]]\nid = "bf16"\nprecision = "bf16"\n',
-        "variants[0].precision: a captured trainer's variant changes only microbatch, accumulation",
+        "variants[0].precision: a captured trainer's variant changes microbatch, accumulation or "
+        'activation_checkpointing in place, or the script\'s args / env (a fresh capture: e.g. args = ["--bf16"]',
+    ),
+    "variant args repeating task.args": (
+        GOOD + '\n[[variants]]\nid = "bf16"\nargs = ["--model", "m", "--do_train", "--bf16"]\n',
+        "line 11: variants[0].args: is appended to task.args (the last occurrence of a flag wins)",
+    ),
+    "variant args a string": (
+        GOOD + '\n[[variants]]\nid = "bf16"\nargs = "--bf16"\n',
+        "line 11: variants[0].args: expected an array, got string '--bf16'",
+    ),
+    "variant env name": (
+        GOOD + '\n[[variants]]\nid = "e"\nenv = { "2X" = "1" }\n',
+        "line 11: variants[0].env: '2X' is not a valid environment variable name",
+    ),
+    "variant empty args": (
+        GOOD + '\n[[variants]]\nid = "none"\nargs = []\n',
+        "variants[0]: variant 'none' changes nothing",
+    ),
+    "variant args elsewhere": (
+        GOOD.replace('trainer_script = "train.py"', 'builtin = "instruct"')
+        .replace("args = [", "#")
+        .replace("env = {", "#")
+        + '\n[batch]\nmicrobatch = 2\nupdates = 4\n[[variants]]\nid = "v"\nmicrobatch = 1\nargs = ["--bf16"]\n',
+        "variants[0].args: only a task.trainer_script's variant takes command-line arguments",
+    ),
+    "fit search max lengths": (
+        GOOD + "\n[fit_search]\nmicrobatches = [1, 2]\nmax_lengths = [64]\n",
+        "line 11: fit_search.max_lengths: not used with task.trainer_script: the script tokenises",
     ),
     "empty variant": (GOOD + '\n[[variants]]\nid = "same"\n', "variants[0]: variant 'same' changes nothing"),
     "env name": (
@@ -70,6 +125,22 @@ CASES = {
         "line 5: task.trainer_script: must name a Python file",
     ),
     "with file": (GOOD + 'file = "task.py"\n', "line 4: task: set exactly one of task.builtin or task.file"),
+    "distributed fsdp": (
+        GOOD + '\n[distributed]\nstrategy = "fsdp"\nnproc_per_node = 2\n',
+        "line 10: distributed.strategy: a captured trainer shards as its TrainingArguments say (--fsdp",
+    ),
+    "distributed checkpoint": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\ncheckpoint = "full"\n',
+        "line 11: distributed.checkpoint: not used with task.trainer_script: the trainer's own checkpoint",
+    ),
+    "distributed fresh variant": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\n\n[[variants]]\nid = "bf16"\nargs = ["--bf16"]\n',
+        "variants[0].args: a fresh-capture variant runs in one process of its own, not on the [distributed]",
+    ),
+    "distributed nodes": (
+        GOOD + '\n[distributed]\nstrategy = "ddp"\nnnodes = 2\nrdzv_endpoint = "h:1"\n',
+        "line 11: distributed.nnodes: not used with task.trainer_script: a captured trainer runs on one node",
+    ),
     "args elsewhere": (
         GOOD.replace('trainer_script = "train.py"', 'builtin = "instruct"')
         + "\n[batch]\nmicrobatch = 2\nupdates = 4\n",

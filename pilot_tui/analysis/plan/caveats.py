@@ -117,7 +117,7 @@ def caveats(
         if isinstance(threads, int):
             cores = text(steady.details, "cpu_count", "?")
             line = (
-                f"step times hold at the pilot's torch thread count ({threads} threads "
+                f"step times hold at the pilot's torch thread count ({threads} thread{'s' * (threads != 1)} "
                 f"on {cores} cores): another thread count or other load changes them"
             )
             if line not in out:  # one line per distinct count, not one per configuration

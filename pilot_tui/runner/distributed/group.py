@@ -146,6 +146,8 @@ class RankGroup:
     info: dict[int, dict[str, Any]] = field(default_factory=dict)
     raw_store: dist.TCPStore | None = None
     prefix: str = ""
+    # How long the ranks get to start: a captured trainer's script runs on every rank first.
+    start_grace_s: float = START_GRACE_S
 
     def who(self, rank: int) -> str:
         """'rank r', or 'node n (host) rank r' when the group spans several nodes."""
@@ -169,6 +171,7 @@ class RankGroup:
         threads: int,
         check: Callable[[], None] = lambda: None,
         nodes: Nodes | None = None,
+        start_grace_s: float = START_GRACE_S,
     ) -> RankGroup:
         """Start torchrun and wait until every rank (of every node) has joined the process group."""
         nodes = nodes or Nodes(per_node=world)
@@ -217,6 +220,7 @@ class RankGroup:
             nodes=nodes,
             raw_store=raw,
             prefix=prefix,
+            start_grace_s=start_grace_s,
         )
         try:
             group._wait_ready(check)
@@ -229,7 +233,7 @@ class RankGroup:
         multi = self.nodes.count > 1
         # Several nodes: the others' agents must join the rendezvous within join_timeout_s (they
         # start torchrun when this group is announced; importing torch is part of the wait).
-        limit = (self.nodes.join_timeout_s if multi else START_GRACE_S) + self.timeout_s
+        limit = (self.nodes.join_timeout_s if multi else self.start_grace_s) + self.timeout_s
         deadline = time.monotonic() + limit
         waiting = set(range(self.world))
         while waiting:

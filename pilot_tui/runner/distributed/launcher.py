@@ -23,7 +23,7 @@ from ...core.steps import Step
 from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict, worst
 from ..context import Cancelled, RunContext
 from ..fresh_process import task_file_sha256
-from .group import GroupFailure, Nodes, RankGroup, default_backend
+from .group import START_GRACE_S, GroupFailure, Nodes, RankGroup, default_backend
 
 # The engine phases, the variant phases (same names), resume and final run on the ranks; the
 # data checks, the fit search and the LR board stay in the runner's single process.
@@ -54,7 +54,13 @@ def backend(ctx: RunContext) -> str:
 
 
 def runs_on_ranks(ctx: RunContext, step: Step) -> bool:
-    return ctx.spec.distributed.strategy != "none" and step.phase in phase_table.on_ranks()
+    # A captured trainer's adapter may keep a phase in this process (its resume: see docs/trainer.md).
+    here = getattr(ctx.adapter, "ONE_PROCESS", ())
+    return (
+        ctx.spec.distributed.strategy != "none"
+        and step.phase in phase_table.on_ranks()
+        and step.phase not in here
+    )
 
 
 def group_for(ctx: RunContext) -> RankGroup:
@@ -69,6 +75,9 @@ def group_for(ctx: RunContext) -> RankGroup:
     # The CPU threads are this node's: shared by this node's ranks.
     threads = max(1, torch.get_num_threads() // per_node) if ctx.device.type == "cpu" else 1
     nodes = Nodes(d.nnodes, per_node, d.rdzv_endpoint, d.join_timeout_s, _task_sha256(ctx))
+    # A captured trainer's ranks each run the user's script (model load, tokenisation) before they
+    # join: twice what it took the runner, beside the interpreter's start.
+    capture_s = float(ctx.memo.get("trainer_capture", {}).get("seconds", 0.0))
     group = RankGroup.launch(
         ctx.loaded.path,
         ctx.loaded.sha256,
@@ -79,6 +88,7 @@ def group_for(ctx: RunContext) -> RankGroup:
         threads,
         check=ctx.check_cancel,
         nodes=nodes,
+        start_grace_s=START_GRACE_S + 2 * capture_s,
     )
     ctx.memo[GROUP] = group
     return group

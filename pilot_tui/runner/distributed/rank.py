@@ -133,14 +133,16 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
 
     step = Step(key=cmd["step"], phase=cmd["phase"], variant=cmd["variant"])
     overrides = {k: v for k, v in cmd.get("overrides", {}).items() if k != "fault"}
-    body = PHASES.get(step.phase)
+    # A captured trainer's campaign has bodies of its own (ctx.bodies), looked up first.
+    table = ctx.bodies if step.phase in ctx.bodies else PHASES
+    body = table.get(step.phase)
     rank = dist.get_rank()
     if body is not None and step.phase in RANK0_ONLY and rank != 0:
-        PHASES[step.phase] = _rank0_only
+        table[step.phase] = _rank0_only
         try:
             return execute(ctx, step, overrides)
         finally:
-            PHASES[step.phase] = body
+            table[step.phase] = body
     if body is None or "fault" not in cmd.get("overrides", {}):
         return execute(ctx, step, overrides)
 
@@ -149,11 +151,22 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
         _fault(cmd, rank, step.phase)
         return body(ctx_, run)
 
-    PHASES[step.phase] = faulty
+    table[step.phase] = faulty
     try:
         return execute(ctx, step, overrides)
     finally:
-        PHASES[step.phase] = body
+        table[step.phase] = body
+
+
+def _open(loaded, device: torch.device, forward: Forward, work_dir: Path) -> RunContext:
+    """This rank's campaign: the task loaded, or the user's trainer script captured on this rank
+    (its Trainer reads LOCAL_RANK / WORLD_SIZE and joins the group this rank already started)."""
+    if loaded.spec.task.trainer_script:
+        # transformers loads only for a trainer campaign.
+        from ..trainer.campaign import open_trainer_campaign
+
+        return open_trainer_campaign(loaded, forward, work_dir, threading.Event(), heartbeat=forward.beat)
+    return RunContext(loaded, load_task(loaded), device, forward, work_dir, heartbeat=forward.beat)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -188,10 +201,8 @@ def serve(args: argparse.Namespace) -> int:
         else:
             dist.init_process_group(args.backend, timeout=timeout)
         groups = node_groups(args.pilot_nnodes, per_node)
-        task = load_task(loaded)
-
         AFTER_ROW.insert(0, state_mb_hook)
-        ctx = RunContext(loaded, task, device, forward, args.work_dir, heartbeat=forward.beat)
+        ctx = _open(loaded, device, forward, args.work_dir)
         ready = {
             "pid": os.getpid(),
             "device": str(device),

@@ -74,7 +74,9 @@ def fake_config(
 def campaign_configs(ctx: RunContext, target: Target) -> list[FakeConfig]:
     """Control, each memory variant, then each fit-search point (microbatch × max length)."""
     configs = [fake_config(ctx, "control", target)]
-    configs += [fake_config(ctx, v.id, target) for v in ctx.spec.variants]
+    # A trainer variant with other args or env is another capture: its model and precision are
+    # known only once that script has run, so it is not estimated as the control's would be.
+    configs += [fake_config(ctx, v.id, target) for v in ctx.spec.variants if not v.fresh_capture]
     fs = ctx.spec.fit_search
     if fs is not None:
         control = ctx.config("control")

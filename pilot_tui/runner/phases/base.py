@@ -53,6 +53,9 @@ class Outcome:
     # The phase's duration when its work ran before the body (a captured trainer's load ran in the
     # script, up to its train()): the row's duration_s, read by the plan.
     duration_s: float | None = None
+    # The phase's memory counters when it ran in another process (a captured trainer's fresh
+    # capture): they replace this process's, which measured only the wait.
+    memory: dict[str, Any] | None = None
 
 
 @dataclass
@@ -191,6 +194,8 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         memory = probe.baseline()
     if outcome.duration_s is not None:
         seconds = outcome.duration_s
+    if outcome.memory is not None and poison is None:
+        memory = dict(outcome.memory)
     if poison is not None:
         outcome = _poisoned_outcome(ctx, run, outcome, poison)
     over = _gate(ctx, run, probe, memory, seconds) if poison is None else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -31,7 +32,7 @@ from .base import Outcome, PhaseRun, phase
 from .eval_longest import raw_lengths
 
 
-def _ceilings(ctx: RunContext, spec: FitSearchSpec) -> tuple[float, float]:
+def ceilings(ctx: RunContext, spec: FitSearchSpec) -> tuple[float, float]:
     if spec.memory_mb:
         return spec.memory_mb, spec.memory_mb
     return ctx.spec.limit_for("first_step").memory_mb, ctx.spec.limit_for("eval_longest").memory_mb
@@ -46,7 +47,7 @@ def try_point(
 ) -> dict[str, Any]:
     """Build a fresh state at this size, take two updates and one longest-sequence eval, measured."""
     spec = ctx.spec.fit_search or FitSearchSpec(microbatches=[microbatch])
-    train_ceiling, eval_ceiling = _ceilings(ctx, spec)
+    train_ceiling, eval_ceiling = ceilings(ctx, spec)
     cfg = ctx.config("control", {"microbatch": microbatch, "max_length": max_length})
     cfg = replace(cfg, variant=f"fit-mb{microbatch}-len{max_length}")
     point: dict[str, Any] = {
@@ -96,19 +97,29 @@ def try_point(
         failure = exc
     state = batch = stats = None
     if failure is not None:
-        oom = is_oom(failure)
-        point["status"] = OOM if oom else ERROR
-        point["failed_in"] = phase_name
-        point["input"] = dict(run.current_input)
-        point["reason"] = (
-            f"{'out of memory' if oom else type(failure).__name__} in {phase_name}: {first_line(str(failure))}"[
-                :300
-            ]
-        )
+        failed(point, failure, phase_name, run)
         failure = None
     gc.collect()
     if ctx.device.type == "cuda":
         torch.cuda.empty_cache()
+    return judged(point, train_ceiling, eval_ceiling)
+
+
+def failed(point: dict[str, Any], failure: BaseException, phase_name: str, run: PhaseRun) -> None:
+    """A point whose first step or eval raised: out of memory, or an error, named where."""
+    oom = is_oom(failure)
+    point["status"] = OOM if oom else ERROR
+    point["failed_in"] = phase_name
+    point["input"] = dict(run.current_input)
+    point["reason"] = (
+        f"{'out of memory' if oom else type(failure).__name__} in {phase_name}: {first_line(str(failure))}"[
+            :300
+        ]
+    )
+
+
+def judged(point: dict[str, Any], train_ceiling: float, eval_ceiling: float) -> dict[str, Any]:
+    """A measured point against the ceilings (a point that already failed stays as it is)."""
     if "status" in point:
         return point
     if _over(point["train_peak_mb"], train_ceiling):
@@ -130,21 +141,38 @@ def try_point(
 
 @phase("fit_search")
 def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
-    spec = ctx.spec.fit_search or FitSearchSpec(
-        microbatches=[int(x) for x in run.overrides.get("microbatches", [ctx.spec.batch.microbatch])]
-    )
-    control = ctx.config("control")
-    lengths = sorted(spec.max_lengths or [control.max_length])
-    microbatches = sorted(spec.microbatches)
+    spec = search_spec(ctx, run)
     val = ctx.splits["validation"]
     raw = raw_lengths(ctx, val)
     longest_val = [val[j] for j in sorted(range(len(val)), key=lambda j: (-raw[j], val[j]))]
+    lengths = sorted(spec.max_lengths or [ctx.config("control").max_length])
+    return search(ctx, run, spec, lengths, lambda mb, length: try_point(ctx, run, mb, length, longest_val))
+
+
+def search_spec(ctx: RunContext, run: PhaseRun) -> FitSearchSpec:
+    """The campaign's `[fit_search]`, or the microbatches a run from the dashboard asks for."""
+    return ctx.spec.fit_search or FitSearchSpec(
+        microbatches=[int(x) for x in run.overrides.get("microbatches", [ctx.spec.batch.microbatch])]
+    )
+
+
+def search(
+    ctx: RunContext,
+    run: PhaseRun,
+    spec: FitSearchSpec,
+    lengths: list[int],
+    try_one: Callable[[int, int], dict[str, Any]],
+) -> Outcome:
+    """Every point (microbatch × max length, ascending), `try_one` measuring each; the `[fit]`
+    section and the row. The pilot's loop and a captured trainer differ only in `try_one`."""
+    control = ctx.config("control")
+    microbatches = sorted(spec.microbatches)
     points: list[dict[str, Any]] = []
     total = len(lengths) * len(microbatches)
     for length in lengths:
         for mb in microbatches:
             ctx.check_cancel()
-            point = try_point(ctx, run, mb, length, longest_val)
+            point = try_one(mb, length)
             points.append(point)
             ctx.progress(
                 run.step.key, len(points), total, message=f"{point_label(mb, length)}: {point['status']}"
@@ -153,7 +181,7 @@ def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
                 break
     # Each point carries its own peaks; reset here so the row's peak is not the last point's.
     MemoryProbe(ctx.device).start()
-    train_ceiling, eval_ceiling = _ceilings(ctx, spec)
+    train_ceiling, eval_ceiling = ceilings(ctx, spec)
     result = fit_result(
         points,
         declared_microbatch=control.microbatch,

@@ -16,7 +16,7 @@ from ...core.events import RecordUpdate
 from ...core.verdict import FAIL, PASS, WARN
 from ..context import RunContext
 from ..memory_estimate.campaign import campaign_configs, estimate_configs, source_for, target_of
-from ..memory_estimate.fake_run import MIB
+from ..memory_estimate.fake_run import MIB, NotEstimable
 from .base import Outcome, PhaseRun, phase
 
 FIGURES = (
@@ -66,7 +66,12 @@ def estimate(ctx: RunContext, run: PhaseRun) -> Outcome:
         ctx.check_cancel()
         ctx.progress(run.step.key, done, total, message=message)
 
-    result = estimate_configs(source_for(ctx), configs, target, progress)
+    try:
+        source = source_for(ctx)
+    except NotEstimable as exc:  # a model the fake run cannot rebuild: a warning that says why
+        why = {"op": exc.op, "reason": exc.reason, "configurations": [c.name for c in configs]}
+        return Outcome(WARN, f"not estimable: {exc.reason}", why)
+    result = estimate_configs(source, configs, target, progress)
     entries = [flat_entry(e) for e in result["configurations"]]
     section = {
         "label": est.ESTIMATE_LABEL,

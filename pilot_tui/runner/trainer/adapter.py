@@ -6,6 +6,12 @@ with the columns the trainer removes already removed), then stacked with right p
 in the attention mask: per-example figures stay per example even for padding-free collators
 that flatten a batch into one row. The batches the loop really gets are shown apart
 (`batches.py`).
+
+An encoder-decoder model's row (`Seq2SeqTrainer`) is read through its causal view
+(`seq2seq_view`): the checks written for one token sequence then read its encoder input as
+context and its targets as the scored tokens. A preference trainer's row (TRL's `DPOTrainer`:
+the chosen and rejected sequences, no labels, a `completion_mask`) is read by its first
+sequence, scored where the completion mask is (`masked_view`).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -21,6 +27,7 @@ from ...analysis.checks import Check, listing
 from ...core.verdict import FAIL, PASS
 from ...tasks.contract import CAUSAL_LM, Example, Task
 from .estimate import trainer_source
+from .loop import encoder_decoder as is_encoder_decoder
 from .loop import unwrapped
 
 IGNORE = -100
@@ -44,16 +51,28 @@ class Rows:
         return {k: v for k, v in dict(batch).items() if isinstance(v, torch.Tensor)}
 
 
-def _rows(trainer: Any, which: str) -> Rows | None:
-    if which == TRAIN:
-        if trainer.train_dataset is None:
-            return None
-        loader = trainer.get_train_dataloader()
-    else:
-        if trainer.eval_dataset is None or isinstance(trainer.eval_dataset, dict):
-            return None
-        loader = trainer.get_eval_dataloader()
+def _train_rows(trainer: Any) -> Rows | None:
+    if trainer.train_dataset is None:
+        return None
+    loader = trainer.get_train_dataloader()
     return Rows(loader.dataset, loader.collate_fn)
+
+
+def eval_sets(trainer: Any) -> dict[str, tuple[str | None, Rows]]:
+    """The trainer's eval datasets by split name: `eval` for one dataset; `eval_a`, `eval_b` for
+    `eval_dataset = {"a": …, "b": …}` (the prefix `Trainer.evaluate` gives each one's metrics),
+    each with its dict key and its rows as its own eval dataloader sees them."""
+    ds = trainer.eval_dataset
+    if ds is None:
+        return {}
+    if not isinstance(ds, dict):
+        loader = trainer.get_eval_dataloader()
+        return {EVAL: (None, Rows(loader.dataset, loader.collate_fn))}
+    out: dict[str, tuple[str | None, Rows]] = {}
+    for name in ds:
+        loader = trainer.get_eval_dataloader(name)  # a name: the dict's dataset, its columns removed
+        out[f"{EVAL}_{name}"] = (str(name), Rows(loader.dataset, loader.collate_fn))
+    return out
 
 
 def stack(rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -81,6 +100,43 @@ def stack(rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int) -> dict[str, 
     return out
 
 
+def seq2seq_view(row: Mapping[str, torch.Tensor], start_id: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """A one-row encoder-decoder batch as one causal sequence: the encoder's tokens (context),
+    the decoder start, then target j at its own position, scored where its label is. A causal
+    check's "label at t is the token at t, predicted from t - 1" then holds: the decoder predicts
+    target j from the start and targets < j. A target masked to -100 shows as `pad_id`; masked
+    targets ending the row are padding (the collator's label padding)."""
+    enc = row["input_ids"].reshape(-1)
+    enc_mask = row.get("attention_mask")
+    enc_mask = torch.ones_like(enc) if enc_mask is None else enc_mask.reshape(-1).long()
+    labels = row["labels"].reshape(-1).long()
+    masked = labels == IGNORE
+    targets = torch.where(masked, torch.full_like(labels, pad_id), labels)
+    # The trailing run of -100: a reversed cumulative product marks it.
+    tail = masked.flip(0).long().cumprod(0).flip(0).bool()
+    start = torch.tensor([start_id], dtype=torch.long)
+    ignored = torch.full_like(enc, IGNORE)
+    return {
+        "input_ids": torch.cat([enc.long(), start, targets]).unsqueeze(0),
+        "attention_mask": torch.cat([enc_mask, torch.ones(1, dtype=torch.long), (~tail).long()]).unsqueeze(0),
+        "labels": torch.cat([ignored.long(), torch.tensor([IGNORE]), labels]).unsqueeze(0),
+    }
+
+
+def masked_view(row: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch without labels whose loss reads a `completion_mask` (TRL's preference trainers):
+    its first sequence (the chosen one), labelled where the mask scores it. The loss of those
+    trainers reads the completion tokens' log-probabilities through the same causal shift."""
+    ids = row["input_ids"][:1]
+    mask = row.get("attention_mask")
+    real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask[:1].bool()
+    scored = row["completion_mask"][:1].bool() & real
+    out = {"input_ids": ids, "labels": ids.masked_fill(~scored, IGNORE)}
+    if mask is not None:
+        out["attention_mask"] = mask[:1]
+    return out
+
+
 def end_ids(tok: Any) -> set[int]:
     """The EOS and the special tokens named like an end of turn."""
     ids = {tok.eos_token_id} if getattr(tok, "eos_token_id", None) is not None else set()
@@ -98,21 +154,26 @@ class TrainerAdapter:
 
     trainer: Any
     train: Rows
-    eval: Rows | None
+    # Split name (`eval`, or `eval_NAME` for each entry of a dict) -> (the dict key, the rows).
+    eval_sets: dict[str, tuple[str | None, Rows]]
     tokenizer: Any
     pad_id: int
     ends: set[int] = field(default_factory=set)
+    # An encoder-decoder model (`config.is_encoder_decoder`): its rows are read through
+    # `seq2seq_view`, with the decoder's start token between input and targets.
+    encoder_decoder: bool = False
+    start_id: int = 0
     task: Task = field(init=False)
+    # Under [distributed], the phases that stay in the runner's own capture (one process) rather
+    # than run on the ranks: the resume's process C captures the script alone, not as N ranks.
+    ONE_PROCESS: ClassVar[tuple[str, ...]] = ("resume",)
 
     def __post_init__(self) -> None:
-        examples: list[Example] = [
-            {"id": f"train[{i}]", "group": f"train[{i}]", "split": TRAIN, "row": i}
-            for i in range(len(self.train))
-        ]
-        if self.eval is not None:
+        examples: list[Example] = []
+        for split, rows in self.row_sets().items():
             examples += [
-                {"id": f"eval[{i}]", "group": f"eval[{i}]", "split": EVAL, "row": i}
-                for i in range(len(self.eval))
+                {"id": f"{split}[{i}]", "group": f"{split}[{i}]", "split": split, "row": i}
+                for i in range(len(rows))
             ]
         self.examples = examples
         self._lengths: dict[tuple[str, int], int] = {}
@@ -131,18 +192,42 @@ class TrainerAdapter:
             data_checks=self.checks,
         )
 
+    @property
+    def eval(self) -> Rows | None:
+        """The first eval dataset's rows (None without one)."""
+        return next((rows for _, rows in self.eval_sets.values()), None)
+
+    def evals(self) -> dict[str, Rows]:
+        return {split: rows for split, (_, rows) in self.eval_sets.items()}
+
+    def row_sets(self) -> dict[str, Rows]:
+        """Every dataset of the trainer by split name, train first."""
+        return {TRAIN: self.train, **self.evals()}
+
+    def eval_examples(self) -> int:
+        return sum(len(rows) for rows in self.evals().values())
+
     @staticmethod
     def _no_build() -> torch.nn.Module:
         raise RuntimeError("a captured trainer's model is the script's own; the pilot never builds another")
 
     def rows_of(self, split: str) -> Rows:
-        rows = self.train if split == TRAIN else self.eval
+        rows = self.row_sets().get(split)
         if rows is None:
             raise ValueError(f"the trainer has no {split} dataset")
         return rows
 
+    def view(self, row: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One example's batch as the token checks read it: itself, an encoder-decoder's causal
+        view, or a label-less preference batch's first sequence scored by its completion mask."""
+        if "labels" not in row and "completion_mask" in row:
+            return masked_view(row)
+        if not self.encoder_decoder or "labels" not in row:
+            return row
+        return seq2seq_view(row, self.start_id, self.pad_id)
+
     def one(self, example: Example) -> dict[str, torch.Tensor]:
-        return self.rows_of(example["split"]).one(example["row"])
+        return self.view(self.rows_of(example["split"]).one(example["row"]))
 
     def collate(self, examples: Sequence[Example], max_length: int) -> dict[str, torch.Tensor]:
         batch = stack([self.one(ex) for ex in examples], self.pad_id)
@@ -170,6 +255,8 @@ class TrainerAdapter:
         if key not in self._lengths:
             row = self.rows_of(split).dataset[int(i)]
             ids = row.get("input_ids") if isinstance(row, Mapping) else None
+            if self.encoder_decoder:  # the causal view's length: input, start, targets
+                ids = self.one({"split": split, "row": i})["input_ids"].reshape(-1)
             self._lengths[key] = (
                 len(ids) if ids is not None else int(self.rows_of(split).one(i)["input_ids"].numel())
             )
@@ -181,17 +268,51 @@ class TrainerAdapter:
 
     def longest(self) -> int:
         """The longest row the trainer's datasets hold (the campaign's max length)."""
-        rows = [("train", self.train), ("eval", self.eval)]
-        return max((self.length(s, i) for s, r in rows if r is not None for i in range(len(r))), default=0)
+        sets = self.row_sets()
+        return max((self.length(s, i) for s, r in sets.items() for i in range(len(r))), default=0)
 
     def checks(self) -> list[Check]:
-        return [self.end_check(), self.boundary_check()]
+        pairs = self.pair_check()
+        return [self.end_check(), self.boundary_check(), *([pairs] if pairs is not None else [])]
+
+    def pair_check(self) -> Check | None:
+        """A preference pair whose rejected completion is its chosen one teaches nothing: the
+        pair's DPO-style loss is log 2 whatever the weights (a column copied by mistake).
+        None for rows that are not pairs (labels, or one sequence per example)."""
+        if len(self.train) == 0:
+            return None
+        head = self.train.one(0)
+        if "labels" in head or "completion_mask" not in head or head["input_ids"].shape[0] < 2:
+            return None
+        same: list[str] = []
+        for i in range(len(self.train)):
+            b = self.train.one(i)
+            real = (
+                b["attention_mask"].bool()
+                if "attention_mask" in b
+                else torch.ones_like(b["input_ids"]).bool()
+            )
+            scored = b["completion_mask"].bool() & real
+            chosen, rejected = b["input_ids"][0][scored[0]], b["input_ids"][1][scored[1]]
+            if torch.equal(chosen, rejected):
+                same.append(f"train[{i}]")
+        n = len(self.train)
+        if same:
+            return Check(
+                "preference_pairs",
+                FAIL,
+                f"{len(same)} of {n} train pairs reject the very completion they choose: their loss has no "
+                f"gradient (log 2 whatever the model) — e.g. {listing(same, len(same))}",
+                len(same),
+                same[:10],
+            )
+        return Check("preference_pairs", PASS, f"every one of {n} train pairs rejects another completion")
 
     def _train_batches(self, size: int = 64):
         idx = list(range(len(self.train)))
         for start in range(0, len(idx), size):
             chunk = idx[start : start + size]
-            yield chunk, stack([self.train.one(i) for i in chunk], self.pad_id)
+            yield chunk, stack([self.view(self.train.one(i)) for i in chunk], self.pad_id)
 
     def end_check(self) -> Check:
         """A reply must teach the model to stop: an end token right after a scored span that is
@@ -261,14 +382,16 @@ class TrainerAdapter:
 
 
 def adapt(trainer: Any) -> TrainerAdapter:
-    for name in ("train_dataset", "eval_dataset"):
-        ds = getattr(trainer, name)
-        if ds is not None and not isinstance(ds, dict) and not hasattr(ds, "__getitem__"):
+    evals = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
+    named = [("train_dataset", trainer.train_dataset)]
+    named += [(f"eval_dataset[{k!r}]" if k else "eval_dataset", ds) for k, ds in evals.items()]
+    for name, ds in named:
+        if ds is not None and not hasattr(ds, "__getitem__"):
             raise ValueError(
                 f"its {name} is a {type(ds).__name__} without indexed rows (an IterableDataset?): "
                 "the pilot needs rows it can index (a datasets.Dataset or a map-style torch Dataset)"
             )
-    train = _rows(trainer, TRAIN)
+    train = _train_rows(trainer)
     if train is None:
         raise ValueError("the trainer has no train_dataset")
     tok = getattr(trainer, "processing_class", None)
@@ -276,4 +399,15 @@ def adapt(trainer: Any) -> TrainerAdapter:
     pad = getattr(tok, "pad_token_id", None)
     if pad is None:
         pad = getattr(tok, "eos_token_id", None) or 0
-    return TrainerAdapter(trainer, train, _rows(trainer, EVAL), tok, int(pad), end_ids(tok) if tok else set())
+    model = unwrapped(trainer)
+    start = getattr(getattr(model, "config", None), "decoder_start_token_id", None)
+    return TrainerAdapter(
+        trainer,
+        train,
+        eval_sets(trainer),
+        tok,
+        int(pad),
+        end_ids(tok) if tok else set(),
+        encoder_decoder=is_encoder_decoder(model),
+        start_id=int(start if start is not None else pad),
+    )

@@ -1,6 +1,8 @@
 """The batches the trainer's loop really gets: `get_train_dataloader()`, one accumulation window,
 each token as padding / context / scored / document boundary, and the trainer's own normaliser
-(`num_items_in_batch` as its loop computes it) beside the count the shifted loss scores."""
+(`num_items_in_batch` as its loop computes it) beside the count the shifted loss scores. An
+encoder-decoder's rows are shown through their causal view (`adapter.seq2seq_view`), and its
+loss scores every target (the decoder's inputs are the targets shifted right, not the labels)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 
 from ...analysis.checks import Check
 from ...core.verdict import PASS, WARN
+from .adapter import masked_view, seq2seq_view, stack
 
 IGNORE = -100
 # A padding-free batch is one long row: the pane shows its head.
@@ -75,6 +78,17 @@ def _render(tokens: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
+def _as_views(adapter: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch as the rows' views the checks read (`adapter.view`), right-padded into one: an
+    encoder-decoder's causal views, or each sequence of a label-less batch scored by its
+    completion mask."""
+    keys = [k for k in ("input_ids", "attention_mask", "labels", "completion_mask") if k in batch]
+    rows = [{k: batch[k][r : r + 1] for k in keys} for r in range(batch["input_ids"].shape[0])]
+    if "labels" not in batch:
+        return stack([masked_view(row) for row in rows], adapter.pad_id)
+    return stack([seq2seq_view(row, adapter.start_id, adapter.pad_id) for row in rows], adapter.pad_id)
+
+
 def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
     """The first accumulation window of the trainer's own train dataloader."""
     view = LoaderView()
@@ -93,6 +107,14 @@ def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
     shifted = sum(int((b["labels"][..., 1:] != IGNORE).sum()) for b in cpu if "labels" in b)
     unshifted = sum(int((b["labels"] != IGNORE).sum()) for b in cpu if "labels" in b)
     boundaries = sum(int((b["position_ids"][:, 1:] == 0).sum()) for b in cpu if "position_ids" in b)
+    seq2seq = bool(getattr(adapter, "encoder_decoder", False)) and all("labels" in b for b in cpu)
+    masked = all("labels" not in b and "completion_mask" in b for b in cpu)
+    # Read as the checks read them: an encoder-decoder's causal views, a preference batch's
+    # sequences scored by their completion mask. A view's shifted count is what its loss scores.
+    views = [_as_views(adapter, b) for b in cpu] if seq2seq or masked else cpu
+    if seq2seq or masked:
+        shifted = sum(int((v["labels"][..., 1:] != IGNORE).sum()) for v in views)
+    scored, what = shifted, "the decoder's loss" if seq2seq else "the shifted loss"
     view.windows.append(
         {
             "microbatches": len(cpu),
@@ -101,6 +123,7 @@ def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
             "scored_shifted": shifted,
             "labels_not_ignored": unshifted,
             "document_boundaries": boundaries,
+            **({"encoder_decoder": True} if seq2seq else {}),
         }
     )
     if num_items is None:
@@ -109,16 +132,16 @@ def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
                 "normaliser",
                 PASS,
                 f"the trainer passes no num_items_in_batch (its loss is averaged per microbatch and divided "
-                f"by the accumulation steps); the window scores {shifted} tokens",
+                f"by the accumulation steps); the window scores {scored} tokens",
             )
         )
-    elif int(num_items) != shifted:
+    elif int(num_items) != scored:
         view.checks.append(
             Check(
                 "normaliser",
                 WARN,
-                f"the trainer divides the window's loss by num_items_in_batch = {int(num_items)} but the "
-                f"shifted loss scores {shifted} tokens ({unshifted} labels ≠ -100 before the shift)",
+                f"the trainer divides the window's loss by num_items_in_batch = {int(num_items)} but "
+                f"{what} scores {scored} tokens ({unshifted} labels ≠ -100 before any shift)",
             )
         )
     else:
@@ -126,12 +149,12 @@ def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
             Check(
                 "normaliser",
                 PASS,
-                f"num_items_in_batch = {int(num_items)}: the tokens the shifted loss scores in the first window "
+                f"num_items_in_batch = {int(num_items)}: the tokens {what} scores in the first window "
                 f"({len(cpu)} microbatch{'es' if len(cpu) > 1 else ''})",
             )
         )
     shown = 0
-    for m, b in enumerate(cpu):
+    for m, b in enumerate(views):
         for r in range(b["input_ids"].shape[0]):
             if shown >= show:
                 break

@@ -24,16 +24,17 @@ from ..phases.base import Outcome, PhaseRun
 from ..phases.lr_run import FIRST_BATCHES, VERDICTS, LiveRun, finish_run, plan_run, run_row, stop_cause
 from . import loop
 from .probe import parameter_digest
-from .registry import body, from_start, trainer_of
+from .registry import adapter_of, body, from_start, trainer_of
 
 
 class BoardProbe(TrainerCallback):
     """Per update: the logged loss, the declared stop causes, a validation every N updates."""
 
     def __init__(
-        self, ctx: RunContext, run: PhaseRun, row: dict[str, Any], live: LiveRun, board: Any
+        self, ctx: RunContext, run: PhaseRun, row: dict[str, Any], live: LiveRun, board: Any, metric: str
     ) -> None:
         self.ctx, self.run, self.row, self.live, self.board = ctx, run, row, live, board
+        self.metric = metric
         self.initial = math.nan
         self.best, self.since_best = math.inf, 0
         self.loss = math.nan
@@ -69,7 +70,9 @@ class BoardProbe(TrainerCallback):
         return control
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        value = float((metrics or {}).get("eval_loss", math.nan))
+        if self.metric not in (metrics or {}):
+            return control  # another eval set of a dict: evaluated by the trainer, not the board's
+        value = float(metrics[self.metric])
         step = state.global_step
         self.row["validation"].append({"update": step, "loss": value})
         self.live.send(step, self.loss, value)
@@ -88,6 +91,21 @@ class BoardProbe(TrainerCallback):
             self.row["reason"] = f"stopped at update {step}: {self.since_best} validations without improving"
             control.should_training_stop = True
         return control
+
+
+def validation_metric(trainer: Any, evals: dict[str, Any]) -> tuple[str, str]:
+    """(the metric an LR run validates on, why). One eval set: `eval_loss`. A dict of them: the
+    set the trainer's `metric_for_best_model` names (`eval_b_loss`: what the user already said
+    picks their best model), else the first set."""
+    if len(evals) <= 1:
+        return "eval_loss", "the trainer's eval_dataset"
+    declared = str(getattr(trainer.args, "metric_for_best_model", None) or "")
+    declared = declared if declared.startswith("eval_") else f"eval_{declared}"
+    for split in evals:
+        if declared == f"{split}_loss":
+            return declared, f"{split}, named by metric_for_best_model"
+    first = next(iter(evals))
+    return f"{first}_loss", f"{first}, the first of the eval_dataset dict (metric_for_best_model names none)"
 
 
 def first_batches_sha256(trainer: Any, updates: int) -> str:
@@ -112,6 +130,9 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
     live = LiveRun(ctx, plan.run_id)
     a = trainer.args
     saved = (a.learning_rate, a.seed)
+    metric, why = validation_metric(trainer, adapter_of(ctx).evals())
+    row["validation_metric"] = metric
+    row["validation_set"] = why
     try:
         if trainer.eval_dataset is None:
             raise ValueError(
@@ -123,9 +144,9 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
         row["initial_weights_sha256"] = parameter_digest(loop.unwrapped(trainer))
         row["first_batches_sha256"] = first_batches_sha256(trainer, min(FIRST_BATCHES, board.updates))
         # Update 0: the shared starting point, identical for every LR at this seed.
-        start = float(trainer.evaluate().get("eval_loss", math.nan))
+        start = float(trainer.evaluate().get(metric, math.nan))
         row["validation"].append({"update": 0, "loss": start})
-        probe = BoardProbe(ctx, run, row, live, board)
+        probe = BoardProbe(ctx, run, row, live, board, metric)
         probe.best = start
         with loop.batch_settings(trainer, cfg.microbatch, cfg.accumulation, cfg.activation_checkpointing):
             trainer.add_callback(probe)
@@ -145,7 +166,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
     points = row["validation"]
     if points[-1]["update"] != row["updates_done"]:
         # The final point of a run stopped between validations.
-        value = float(trainer.evaluate().get("eval_loss", math.nan))
+        value = float(trainer.evaluate().get(metric, math.nan))
         points.append({"update": row["updates_done"], "loss": value})
     if row["status"] == "running":
         row["status"] = "completed"

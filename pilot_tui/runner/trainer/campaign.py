@@ -4,30 +4,37 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import transformers
 
 from ...core.events import WireMessage
 from ...core.hashing import sha256_file
-from ...core.spec import LoadedSpec
+from ...core.spec import LoadedSpec, VariantSpec, load_spec
 from ...tasks.loader import TaskError
 from ..context import RunContext
+from ..distributed import state as dist_state
+from ..distributed.launcher import resolve_world
 from ..probes import _vm_hwm_bytes
 
 # Imported for their @body registrations.
-from . import board, data_gates, engine_gates, resume_gate  # noqa: F401
+from . import board, data_gates, engine_gates, fit_gate, resume_gate  # noqa: F401
 from .adapter import adapt
 from .capture import CaptureError, capture
+from .estimate import trainer_optimizer
 from .loop import checkpointing, snapshot, unwrapped
+from .ranks import check_ranks_agree
 from .registry import BODIES, INITIAL
 from .settings import apply_pilot_settings
 
 OUTPUT_DIR = "trainer-output"
+USE_CPU = "ACCELERATE_USE_CPU"
 
 
 def capture_for(loaded: LoadedSpec) -> Any:
@@ -40,6 +47,39 @@ def capture_for(loaded: LoadedSpec) -> Any:
         raise TaskError(str(exc)) from None
 
 
+def fresh_capture_spec(loaded: LoadedSpec, variant: VariantSpec) -> LoadedSpec:
+    """The campaign as a variant's fresh capture runs it: `task.args` followed by the variant's
+    (argparse and HfArgumentParser keep a flag's last occurrence), `task.env` under the variant's
+    env; the variant keeps only what it changes in place (microbatch, …) on that capture."""
+    t, spec = loaded.spec.task, loaded.spec
+    task = dataclasses.replace(t, args=[*t.args, *variant.args], env=t.env | variant.env)
+    own = dataclasses.replace(variant, args=[], env={})
+    variants = [own if v.id == variant.id else v for v in spec.variants]
+    return dataclasses.replace(loaded, spec=dataclasses.replace(spec, task=task, variants=variants))
+
+
+def load_checked(spec: Path, spec_sha256: str, script_sha256: str) -> LoadedSpec:
+    """A worker's campaign, refused when the file or the script changed since the runner read them."""
+    loaded = load_spec(spec)
+    if loaded.sha256 != spec_sha256:
+        raise ValueError(f"{spec}: the campaign file changed since the runner read it")
+    script = loaded.resolve(loaded.spec.task.trainer_script)
+    if sha256_file(script) != script_sha256:
+        raise ValueError(
+            f"{script}: the training script changed since the runner captured it; rerun the campaign"
+        )
+    return loaded
+
+
+def precision_of(args: Any) -> str:
+    """The precision the trainer's accelerator runs: its flags, else accelerate's environment
+    (`ACCELERATE_MIXED_PRECISION`), which `TrainingArguments` reads into `mixed_precision`."""
+    if args.bf16 or args.fp16:
+        return "bf16" if args.bf16 else "fp16"
+    mixed = str(getattr(args, "mixed_precision", "no") or "no")
+    return mixed if mixed in ("bf16", "fp16") else "fp32"
+
+
 def versions() -> dict[str, str]:
     out = {"transformers": transformers.__version__, "torch": torch.__version__}
     for name in ("trl", "accelerate", "datasets", "peft"):
@@ -50,11 +90,27 @@ def versions() -> dict[str, str]:
     return out
 
 
+def cpu_ranks_env() -> list[str]:
+    """On a rank of a gloo (CPU) group, what the trainer needs to run as one of the ranks.
+
+    Without CUDA the trainer's accelerate state takes a torchrun launch as a distributed run only
+    when told it is a CPU run (`--use_cpu`, or `accelerate launch --cpu`, which sets this
+    variable); otherwise every rank trains alone. Set before the capture, said in the load row."""
+    if not dist_state.active() or dist.get_backend() != "gloo" or os.environ.get(USE_CPU):
+        return []
+    os.environ[USE_CPU] = "true"
+    return [
+        f"environment {USE_CPU}: unset -> 'true' (a CPU rank joins its gloo group as accelerate launch --cpu does)"
+    ]
+
+
 def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest: int = 0) -> LoadedSpec:
     """The spec's batch section as the trainer's own figures (the accounting and rows show them)."""
     a = trainer.args
     micro, acc = int(a.per_device_train_batch_size), int(a.gradient_accumulation_steps)
-    per_epoch = max(1, math.ceil(train_examples / max(1, micro * acc)))
+    # Under [distributed] each update takes microbatch × accumulation rows on every rank.
+    world = max(1, loaded.spec.batch.replicas)
+    per_epoch = max(1, math.ceil(train_examples / max(1, micro * acc * world)))
     updates = (
         a.max_steps if a.max_steps and a.max_steps > 0 else math.ceil(per_epoch * float(a.num_train_epochs))
     )
@@ -65,38 +121,62 @@ def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest
         # The rows arrive tokenised (and cut) by the script: the longest one is the max length.
         max_length=longest,
         updates=max(1, int(updates)),
-        precision="bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
+        precision=precision_of(a),
         activation_checkpointing=checkpointing(a),
         drop_last=bool(a.dataloader_drop_last),
         num_workers=int(a.dataloader_num_workers),
     )
-    return dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec, batch=batch))
+    # The trainer's optimizer as the estimate builds it (estimate.py says where it differs), with
+    # its weight decay and clipping: `[optim]` is refused in a trainer campaign.
+    optim = dataclasses.replace(
+        loaded.spec.optim,
+        name=trainer_optimizer(a)[0],
+        lr=float(a.learning_rate),
+        weight_decay=float(a.weight_decay),
+        grad_clip=float(a.max_grad_norm or 0.0),
+        seed=int(a.seed),
+    )
+    return dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec, batch=batch, optim=optim))
 
 
 def open_trainer_campaign(
-    loaded: LoadedSpec, emit: Callable[[WireMessage], None], work_dir: Path, cancel: threading.Event
+    loaded: LoadedSpec,
+    emit: Callable[[WireMessage], None],
+    work_dir: Path,
+    cancel: threading.Event,
+    heartbeat: Callable[[], None] = lambda: None,
 ) -> RunContext:
+    """The script captured here. In the runner (one process: the data gates, the LR board, the
+    resume) and, under `[distributed]`, on every rank of the torchrun group (the engine gates),
+    where the trainer reads LOCAL_RANK / WORLD_SIZE itself and wraps its model in DDP."""
+    launch_changes = cpu_ranks_env()
     rss_before = _vm_hwm_bytes()
     cap = capture_for(loaded)
     rss_after = _vm_hwm_bytes()
     trainer = cap.trainer
-    changes = apply_pilot_settings(trainer, work_dir / OUTPUT_DIR)
+    # The ranks share one output folder (rank 0 writes the model, each rank its RNG state); the
+    # runner's own gates (the resume's run A) write beside it, never into it.
+    output = OUTPUT_DIR + ("-ranks" if dist_state.active() else "")
+    changes = launch_changes + apply_pilot_settings(trainer, work_dir / output)
     try:
         adapter = adapt(trainer)
     except ValueError as exc:
         raise TaskError(f"{cap.script}: {exc}") from None
-    loaded = trainer_batch(loaded, trainer, len(adapter.train), adapter.longest())
+    device = torch.device(trainer.args.device)
+    loaded = trainer_batch(resolve_world(loaded, device), trainer, len(adapter.train), adapter.longest())
     ctx = RunContext(
         loaded,
         adapter.task,
-        torch.device(trainer.args.device),
+        device,
         emit,
         work_dir,
         cancel,
+        heartbeat=heartbeat,
         adapter=adapter,
         bodies=BODIES,
     )
     ctx.memo[INITIAL] = snapshot(unwrapped(trainer))
+    check_ranks_agree(ctx)  # a collective on every rank of a group; nothing in one process
     ctx.memo["trainer_capture"] = {
         "script": str(cap.script),
         "script_sha256": sha256_file(cap.script),

@@ -4,6 +4,7 @@ sees them, its splits, and a tiny subset learnt through its own `training_step`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from ..phases.inspect import with_task_checks
 from ..phases.load import tensor_mb
 from . import loop
 from .batches import loader_view
+from .ranks import require_agreement
 from .registry import INITIAL, adapter_of, body, trainer_of
 
 
@@ -33,6 +35,7 @@ def _output_size(model: torch.nn.Module) -> ModelOutput:
 @body("load")
 def load(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer, cap = trainer_of(ctx), ctx.memo["trainer_capture"]
+    agreement = require_agreement(ctx)  # on several ranks: the same rows everywhere
     model = loop.unwrapped(trainer)
     params = list(model.parameters())
     bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
@@ -54,7 +57,8 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         "dtype": str(params[0].dtype).removeprefix("torch.") if params else "",
         "trainable": f"{trainable:,} of {sum(p.numel() for p in params):,} parameters trainable",
         "train_examples": len(adapter_of(ctx).train),
-        "eval_examples": len(adapter_of(ctx).eval) if adapter_of(ctx).eval is not None else 0,
+        "eval_examples": adapter_of(ctx).eval_examples(),
+        "eval_sets": {split: len(rows) for split, rows in adapter_of(ctx).evals().items()},
         "per_device_train_batch_size": a.per_device_train_batch_size,
         "gradient_accumulation_steps": a.gradient_accumulation_steps,
         "learning_rate": a.learning_rate,
@@ -65,7 +69,11 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         "collator": getattr(trainer.data_collator, "__name__", type(trainer.data_collator).__name__),
         "pilot_changed": cap["changes"],
         "versions": cap["versions"],
-    }
+        # What the trainer itself made of the launch (torchrun's LOCAL_RANK / WORLD_SIZE).
+        "trainer_world_size": int(a.world_size),
+        "trainer_process_index": int(a.process_index),
+        "distributed_type": str(getattr(trainer.accelerator.state.distributed_type, "value", "")),
+    } | agreement
     if cap["train_kwargs"]:
         details["train_called_with"] = {k: str(v) for k, v in cap["train_kwargs"].items()}
     reason = (
@@ -119,36 +127,49 @@ def _input_digest(batch: dict[str, torch.Tensor]) -> str:
 @body("split")
 def split(ctx: RunContext, run: PhaseRun) -> Outcome:
     adapter = adapter_of(ctx)
-    if adapter.eval is None:
+    run.current_input = {"train": len(adapter.train), "eval": adapter.eval_examples()}
+    return compare_splits(adapter, ctx.check_cancel)
+
+
+def compare_splits(adapter: Any, check_cancel: Callable[[], None] = lambda: None) -> Outcome:
+    """Every eval set's inputs against every train row's: identical inputs fail, naming the set."""
+    evals = adapter.evals()
+    if not evals:
         return Outcome(
             WARN, "the script gives the trainer no eval_dataset: nothing to compare", {"eval_examples": 0}
         )
-    run.current_input = {"train": len(adapter.train), "eval": len(adapter.eval)}
     seen: dict[str, int] = {}
     for i in range(len(adapter.train)):
-        ctx.check_cancel()
+        check_cancel()
         seen.setdefault(_input_digest(adapter.train.one(i)), i)
-    same = []
-    for j in range(len(adapter.eval)):
-        k = seen.get(_input_digest(adapter.eval.one(j)))
-        if k is not None:
-            same.append((j, k))
+    same: list[tuple[str, int, int]] = []
+    per_set: dict[str, int] = {}
+    for name, rows in evals.items():
+        hits = [(name, j, seen[d]) for j in range(len(rows)) if (d := _input_digest(rows.one(j))) in seen]
+        per_set[name] = len(hits)
+        same += hits
     details: dict[str, Any] = {
         "train_examples": len(adapter.train),
-        "eval_examples": len(adapter.eval),
+        "eval_examples": adapter.eval_examples(),
+        "eval_sets": {name: len(rows) for name, rows in evals.items()},
         "same_input": len(same),
-        "pairs": [{"eval": j, "train": k} for j, k in same[:10]],
+        "same_input_by_set": per_set,
+        "pairs": [{"eval": f"{name}[{j}]", "train": f"train[{k}]"} for name, j, k in same[:10]],
     }
+    sets = f" over {len(evals)} eval sets ({', '.join(evals)})" if len(evals) > 1 else ""
     if same:
-        j, k = same[0]
+        name, j, k = same[0]
+        which = ", ".join(f"{n}: {c} of {len(evals[n])}" for n, c in per_set.items() if c)
         return Outcome(
             FAIL,
-            f"{len(same)} of {len(adapter.eval)} eval examples have inputs identical to a train example "
-            f"(eval[{j}] = train[{k}]): evaluation measures memorisation",
+            f"{len(same)} eval examples have inputs identical to a train example ({which}; "
+            f"{name}[{j}] = train[{k}]): evaluation measures memorisation",
             details,
         )
     return Outcome(
-        PASS, f"no eval example has the inputs of a train example ({len(adapter.eval)} compared)", details
+        PASS,
+        f"no eval example has the inputs of a train example ({adapter.eval_examples()} compared{sets})",
+        details,
     )
 
 
@@ -186,7 +207,7 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "losses": losses[:: max(1, len(losses) // 50)],
-        "recovered": recovered,
+        **({"recovered": recovered} if recovered is not None else {}),
         "loss_below": o.loss_below,
         "recover": o.recover,
         "lr": o.lr,
@@ -194,27 +215,44 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
     }
     if not finite(losses[-1]):
         raise PhaseFailure(f"non-finite loss at overfit step {len(losses)}", details)
-    if losses[-1] < o.loss_below or recovered >= o.recover:
+    argmax = (
+        f"argmax recovers {recovered:.0%} of the scored tokens"
+        if recovered is not None
+        else "the batches name no scored token to read an argmax against"
+    )
+    if losses[-1] < o.loss_below or (recovered is not None and recovered >= o.recover):
         return Outcome(
             PASS,
-            f"{m} examples learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g}, "
-            f"argmax recovers {recovered:.0%} of the scored tokens",
+            f"{m} examples learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g}, {argmax}",
             details,
         )
+    needs = f" (needs {o.recover:.0%})" if recovered is not None else ""
     raise PhaseFailure(
         f"{m} examples not learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g} "
-        f"(needs < {o.loss_below:g}), argmax recovers {recovered:.0%} of the scored tokens (needs {o.recover:.0%})",
+        f"(needs < {o.loss_below:g}), {argmax}{needs}",
         details,
     )
 
 
-def _recovered(model: torch.nn.Module, trainer: Any, batch: dict[str, Any]) -> float:
+def _recovered(model: torch.nn.Module, trainer: Any, batch: dict[str, Any]) -> float | None:
+    """The share of scored tokens the model's argmax predicts; None for batches that name none."""
+    seq2seq = loop.encoder_decoder(model)
+    inputs = trainer._prepare_inputs(dict(batch))
+    if "labels" not in inputs:
+        if "completion_mask" not in inputs:
+            return None
+        # A preference batch: every sequence, scored where its completion mask is.
+        ids, real = inputs["input_ids"], inputs.get("attention_mask")
+        scored = inputs["completion_mask"].bool() & (real.bool() if real is not None else True)
+        inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask")}
+        inputs["labels"] = ids.masked_fill(~scored, -100)
     model.eval()
     with torch.no_grad():
-        inputs = trainer._prepare_inputs(dict(batch))
-        labels = inputs.pop("labels")
+        # An encoder-decoder builds its decoder inputs from the labels (shifted right): they stay.
+        labels = inputs["labels"] if seq2seq else inputs.pop("labels")
         logits = model(**inputs).logits
     model.train()
-    pred, target = logits[:, :-1].argmax(-1), labels[:, 1:]
+    # The decoder's logit j predicts target j; a causal model's logit t predicts token t + 1.
+    pred, target = (logits.argmax(-1), labels) if seq2seq else (logits[:, :-1].argmax(-1), labels[:, 1:])
     scored = target != -100
     return float((pred == target)[scored].float().mean()) if scored.any() else 0.0

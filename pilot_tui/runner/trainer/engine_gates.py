@@ -18,10 +18,13 @@ from ...analysis.loss_trend import loss_trend
 from ...core.hashing import sha256_file
 from ...core.verdict import PASS, WARN
 from ..context import RunContext
+from ..distributed import state as dist_state
 from ..fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
 from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.load import tensor_mb
-from . import loop, replay
+from ..phases.train_steps import load_details, machine_load
+from . import fresh_variant, loop, replay
+from .ranks import require_agreement
 from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
 
 
@@ -41,10 +44,13 @@ def optimizer_state_mb(trainer: Any) -> float:
 
 
 def configured(fn: Body) -> Body:
-    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`."""
+    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`;
+    one that changes the script's args or env runs in a fresh capture (fresh_variant.py)."""
 
     @functools.wraps(fn)
     def run_configured(ctx: RunContext, run: PhaseRun) -> Outcome:
+        if fresh_variant.runs_fresh(ctx, run.step.variant):
+            return fresh_variant.fresh_phase(ctx, run)
         cfg = ctx.config(run.step.variant, run.overrides)
         with loop.batch_settings(
             trainer_of(ctx), cfg.microbatch, cfg.accumulation, cfg.activation_checkpointing
@@ -58,10 +64,13 @@ def configured(fn: Body) -> Body:
 @configured
 def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer, adapter = trainer_of(ctx), adapter_of(ctx)
+    require_agreement(ctx)
     from_start(ctx)
     rows = _accumulation_rows(ctx)
     run.current_input = {"accumulation_check_examples": len(rows)}
     check, items = loop.accumulation_check(trainer, rows, adapter.train.collate_fn)
+    world = dist_state.world()
+    scaled = loop.rank_loss_scale(trainer, rows, adapter.train.collate_fn) if world > 1 else {}
     probe = probe_for(ctx, run)
     run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "update": 1}
     loop.train_steps(trainer, 1, probe)
@@ -76,13 +85,24 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         "train_batch_size": trainer._train_batch_size,
         "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
         "activation_checkpointing": loop.checkpointing(trainer.args),
+        # DistributedDataParallel on several ranks: the trainer wrapped its own model.
+        "trained_as": type(trainer.model_wrapped).__name__,
         "accumulation": check.as_dict() | items,
         "ran": "the trainer's own train() for max_steps = 1",
-    }
+    } | ({"rank_loss_scale": scaled} if scaled else {})
+    scale = scaled.get("scale")
+    if scale is not None and abs(scale - 1.0) > 1e-3:
+        raise PhaseFailure(
+            f"on {world} ranks the same rows' loss is {scale:.3g} × their one-process loss: compute_loss "
+            "divides by num_items_in_batch, which the trainer counts over every rank "
+            f"(average_tokens_across_devices), and does not multiply by the {world} processes as "
+            f"Trainer.compute_loss does: loss and gradients are {scale:.3g} × the intended",
+            details,
+        )
     if not check.ok:
         raise PhaseFailure(
-            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (a compute_loss "
-            "that averages per microbatch and ignores num_items_in_batch?)",
+            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (the loss is "
+            f"{loop.loss_owner(trainer)}; does it average per microbatch and ignore num_items_in_batch?)",
             details,
         )
     if not finite(loss) or not finite(gn):
@@ -102,9 +122,11 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The trainer's own train() for 1 + N updates; the first (warm-up) is not timed."""
     trainer = trainer_of(ctx)
+    require_agreement(ctx)
     n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
     probe = probe_for(ctx, run)
     run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "updates": n + 1}
+    load_before = machine_load()
     t0 = time.perf_counter()
     loop.train_steps(trainer, n + 1, probe)
     total = time.perf_counter() - t0
@@ -123,7 +145,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         "losses": losses,
         "lrs": [r.get("learning_rate") for r in probe.ordered()],
         "timed": "between consecutive step ends of the trainer's own loop (data, forward, backward, optimizer, logging)",
-        "torch_threads": torch.get_num_threads(),
+        # The thread count, the cores and the load the times hold at (the plan's caveats read them).
+        **load_details(load_before, machine_load()),
     }
     bad = next((i for i, v in enumerate(losses) if not finite(v)), None)
     if bad is not None:
@@ -134,36 +157,60 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     return Outcome(PASS, f"{n} timed updates, {details['step_time_s'] * 1000:.1f} ms each", details)
 
 
+def _subset(ds: Any, rows: list[int]) -> Any:
+    return ds.select(rows) if hasattr(ds, "select") else torch.utils.data.Subset(ds, rows)
+
+
 @body("eval_longest")
 @configured
 def eval_longest(ctx: RunContext, run: PhaseRun) -> Outcome:
+    """`evaluate()` on the longest rows of each eval set: one dataset, or each entry of a dict
+    under its own metric prefix (`eval_a_loss`), as the trainer evaluates them."""
     trainer, adapter = trainer_of(ctx), adapter_of(ctx)
-    if adapter.eval is None:
+    if not adapter.eval_sets:
         return Outcome(
             WARN, "the script gives the trainer no eval_dataset: nothing evaluated", {"examples": 0}
         )
-    k = max(1, min(len(adapter.eval), 2 * trainer.args.per_device_eval_batch_size))
-    lengths = [adapter.length("eval", i) for i in range(len(adapter.eval))]
-    longest = sorted(range(len(lengths)), key=lambda i: -lengths[i])[:k]
-    ds = trainer.eval_dataset
-    subset = ds.select(longest) if hasattr(ds, "select") else torch.utils.data.Subset(ds, longest)
-    run.current_input = {"examples": k, "longest": max(lengths)}
+    per_set: dict[str, dict[str, Any]] = {}
+    # One dataset is evaluated as itself; a dict as a dict (each under its own metric prefix).
+    chosen: dict[str, Any] = {}
+    single: Any = None
+    for split, (key, rows) in adapter.eval_sets.items():
+        k = max(1, min(len(rows), 2 * trainer.args.per_device_eval_batch_size))
+        lengths = [adapter.length(split, i) for i in range(len(rows))]
+        longest = sorted(range(len(lengths)), key=lambda i, n=lengths: -n[i])[:k]
+        ds = trainer.eval_dataset if key is None else trainer.eval_dataset[key]
+        if key is None:
+            single = _subset(ds, longest)
+        else:
+            chosen[key] = _subset(ds, longest)
+        per_set[split] = {"examples": k, "lengths": [lengths[i] for i in longest]}
+    longest_row = max(max(d["lengths"]) for d in per_set.values())
+    total = sum(d["examples"] for d in per_set.values())
+    run.current_input = {"examples": total, "longest": longest_row}
     t0 = time.perf_counter()
-    metrics = trainer.evaluate(eval_dataset=subset)
+    metrics = trainer.evaluate(eval_dataset=single if single is not None else chosen)
     seconds = time.perf_counter() - t0
-    loss = metrics.get("eval_loss", math.nan)
-    details = {
-        "examples": k,
-        "lengths": [lengths[i] for i in longest],
-        "eval_loss": loss,
+    for split, d in per_set.items():
+        d["eval_loss"] = metrics.get(f"{split}_loss", math.nan)
+    details: dict[str, Any] = {
+        "examples": total,
+        "lengths": [n for d in per_set.values() for n in d["lengths"]],
         "eval_s": seconds,
         "metrics": {key: v for key, v in metrics.items() if isinstance(v, int | float)},
     }
-    if not finite(loss):
-        raise PhaseFailure(f"non-finite eval loss on the {k} longest eval examples", details)
-    return Outcome(
-        PASS, f"evaluate() on the {k} longest eval examples ({max(lengths)} tokens): loss {loss:.4g}", details
+    if len(per_set) == 1:
+        details["eval_loss"] = next(iter(per_set.values()))["eval_loss"]
+    else:
+        details["eval_sets"] = per_set
+    bad = [split for split, d in per_set.items() if not finite(d["eval_loss"])]
+    if bad:
+        raise PhaseFailure(f"non-finite eval loss on the longest examples of {', '.join(bad)}", details)
+    losses = ", ".join(f"{split} {d['eval_loss']:.4g}" for split, d in per_set.items())
+    where = f"the {total} longest eval examples" + (
+        f" ({len(per_set)} sets, each's own)" if len(per_set) > 1 else ""
     )
+    return Outcome(PASS, f"evaluate() on {where} ({longest_row} tokens): loss {losses}", details)
 
 
 def _folder(path: Path) -> dict[str, Any]:
@@ -183,6 +230,7 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure("no optimizer yet: first_step or steady must run before save")
     t0 = time.perf_counter()
     trainer._save_checkpoint(trainer.model, trial=None)
+    dist_state.barrier()  # on several ranks rank 0 writes the model and optimizer: wait for it
     seconds = time.perf_counter() - t0
     path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
     if not path.is_dir():
@@ -202,7 +250,9 @@ def save(ctx: RunContext, run: PhaseRun) -> Outcome:
 
 def _probe_batch(adapter: Any) -> dict[str, torch.Tensor]:
     rows = adapter.eval if adapter.eval is not None else adapter.train
-    return {k: v for k, v in rows.one(0).items() if k in ("input_ids", "attention_mask", "position_ids")}
+    # An encoder-decoder's logits need decoder inputs: it builds them from the row's labels.
+    keys = ("input_ids", "attention_mask", "position_ids") + (("labels",) if adapter.encoder_decoder else ())
+    return {k: v for k, v in rows.one(0).items() if k in keys}
 
 
 @body("export")
@@ -212,6 +262,7 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     path = ctx.work_dir / "trainer-export"
     t0 = time.perf_counter()
     trainer.save_model(str(path))
+    dist_state.barrier()  # rank 0 alone writes the export
     seconds = time.perf_counter() - t0
     found = _folder(path)
     adapter_only = (path / "adapter_config.json").is_file()

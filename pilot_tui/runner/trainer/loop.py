@@ -13,6 +13,27 @@ from ..objective_checks import AccumulationCheck, compare_accumulation
 from .probe import StepProbe
 
 
+def encoder_decoder(model: Any) -> bool:
+    """An encoder-decoder (`Seq2SeqTrainer`'s T5, BART…): its loss scores every target, unshifted."""
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
+def loss_owner(trainer: Any) -> str:
+    """Whose code computes the trainer's loss, for a verdict that must name what to fix."""
+    if getattr(trainer, "compute_loss_func", None) is not None:
+        return "the trainer's compute_loss_func"
+    own = type(trainer).compute_loss
+    if not own.__module__.startswith(("transformers.", "trl.")):
+        return f"the script's {own.__qualname__}"
+    model = unwrapped(trainer)
+    if getattr(trainer, "model_accepts_loss_kwargs", False):
+        return (
+            f"{type(model).__name__}'s own loss: its forward takes **kwargs, so the Trainer leaves the "
+            "division by num_items_in_batch to it and does not divide by the accumulation steps"
+        )
+    return f"{type(model).__name__}'s own loss"
+
+
 def unwrapped(trainer: Any) -> torch.nn.Module:
     return (
         trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
@@ -130,7 +151,9 @@ def accumulation_check(
     saved_steps = getattr(trainer, "current_gradient_accumulation_steps", 1)
     wide, narrow = [collate(rows)], [collate([r]) for r in rows]
     params = [p for p in model.parameters() if p.requires_grad]
-    lengths = [int((b["labels"][..., 1:] != -100).sum()) if "labels" in b else 0 for b in narrow]
+    # Each microbatch's scored tokens: after the causal shift, or every target of an encoder-decoder.
+    first = 0 if encoder_decoder(model) else 1
+    lengths = [int((b["labels"][..., first:] != -100).sum()) if "labels" in b else 0 for b in narrow]
     try:
         with no_dropout(model):
             check = compare_accumulation(
@@ -148,3 +171,35 @@ def accumulation_check(
 def _items(trainer: Any, batches: list[dict[str, Any]]) -> int | None:
     n = trainer._get_num_items_in_batch(batches, trainer.args.device)
     return int(n) if n is not None else None
+
+
+def rank_loss_scale(trainer: Any, rows: list[Any], collate: Any) -> dict[str, Any]:
+    """On several ranks: one batch's loss as the trainer's loop normalises it (the token count
+    gathered over every rank, `average_tokens_across_devices`) against the one-process loss of
+    the same rows. Every rank holds the same rows here, so a loss weighed right is the same
+    either way (DDP averages the ranks' gradients: each rank's loss must be its tokens' share of
+    the global sum times the number of ranks). A `compute_loss` that divides by the gathered
+    `num_items_in_batch` and does not multiply back, as `Trainer.compute_loss` does, gives
+    1/N of it. Forward only; the same collectives on every rank."""
+    args, model = trainer.args, trainer.model
+    batch = collate(rows)
+
+    def loss_now() -> float:
+        n = trainer._get_num_items_in_batch([batch], args.device)
+        inputs = trainer._prepare_inputs(dict(batch))  # compute_loss may pop the labels
+        with trainer.compute_loss_context_manager():
+            return float(trainer.compute_loss(model, inputs, num_items_in_batch=n).detach().float().cpu())
+
+    saved = args.average_tokens_across_devices
+    try:
+        with torch.no_grad(), no_dropout(model):
+            on_ranks = loss_now()
+            args.average_tokens_across_devices = False  # the count of this rank's rows alone
+            alone = loss_now()
+    finally:
+        args.average_tokens_across_devices = saved
+    return {
+        "loss_on_ranks": on_ranks,
+        "loss_one_process": alone,
+        "scale": on_ranks / alone if alone else None,
+    }

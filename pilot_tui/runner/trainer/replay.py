@@ -26,12 +26,21 @@ def prompt_ids(tok: Any, text: str) -> list[int]:
 
 
 def greedy(model: torch.nn.Module, prompt: list[int], stops: set[int], budget: int = BUDGET) -> list[int]:
+    """The reply's token ids, one argmax at a time (no sampling, no cache: the same on both sides).
+    An encoder-decoder reads the prompt in its encoder and grows its decoder from the start token."""
     device = next(model.parameters()).device
-    seq = torch.tensor([prompt], device=device)
+    config = getattr(model, "config", None)
+    source = torch.tensor([prompt], device=device)
+    seq2seq = bool(getattr(config, "is_encoder_decoder", False))
+    seq = torch.tensor([[int(config.decoder_start_token_id or 0)]], device=device) if seq2seq else source
+
+    def step(s: torch.Tensor) -> Any:
+        return model(input_ids=source, decoder_input_ids=s) if seq2seq else model(input_ids=s)
+
     out: list[int] = []
     with torch.no_grad():
         for _ in range(budget):
-            nxt = int(model(input_ids=seq).logits[0, -1].argmax())
+            nxt = int(step(seq).logits[0, -1].argmax())
             out.append(nxt)
             if nxt in stops:
                 break

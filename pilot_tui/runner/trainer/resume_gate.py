@@ -158,6 +158,12 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         "causes": causes,
         "compared": "loss, grad_norm, learning_rate (float.hex) and a sha256 of every parameter, per step",
     }
+    if ctx.spec.distributed.strategy != "none":
+        # Run A and process C are one process each (the runner's own capture): see docs/trainer.md.
+        details["one_process"] = (
+            f"run A and process C ran on one process, not on the campaign's {ctx.spec.batch.replicas} ranks: "
+            "the script's checkpoint and resume path is checked, not a resume of every rank's RNG and data share"
+        )
     if first_diff is not None:
         step, keys = first_diff
         named = f"; known causes in this setup: {'; '.join(causes)}" if causes else ""
@@ -169,6 +175,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     if len(c_rows) < n:
         raise PhaseFailure(f"the resumed process logged {len(c_rows)} of {n} steps", details)
     note = f" (warn: {'; '.join(causes)})" if causes else ""
+    note += " (on one process)" if "one_process" in details else ""
     return Outcome(
         WARN if causes else PASS,
         f"resumed at step {k} in a new process: steps {k + 1}…{k + n} bitwise identical (loss, grad norm, LR, "

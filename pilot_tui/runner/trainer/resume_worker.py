@@ -15,11 +15,9 @@ from pathlib import Path
 
 import torch
 
-from ...core.hashing import sha256_file
-from ...core.spec import load_spec
 from ..fresh_process import RESULT_FILE, run_fresh_process
 from ..lifetime import die_with_parent
-from .campaign import capture_for
+from .campaign import capture_for, load_checked
 from .loop import train_steps
 from .probe import StepProbe
 from .resume_gate import hexes
@@ -42,14 +40,7 @@ def resume(args: argparse.Namespace) -> None:
     die_with_parent()
     if args.threads:
         torch.set_num_threads(args.threads)  # CPU reductions split by thread: same split, same bits
-    loaded = load_spec(args.spec)
-    if loaded.sha256 != args.spec_sha256:
-        raise ValueError(f"{args.spec}: the campaign file changed since the runner read it")
-    script = loaded.resolve(loaded.spec.task.trainer_script)
-    if sha256_file(script) != args.script_sha256:
-        raise ValueError(
-            f"{script}: the training script changed since the runner captured it; rerun the campaign"
-        )
+    loaded = load_checked(args.spec, args.spec_sha256, args.script_sha256)
     trainer = capture_for(loaded).trainer
     apply_pilot_settings(trainer, args.out / "output")
     probe = StepProbe(digest=True)

@@ -194,6 +194,36 @@ def build(out: Path, *, hidden: int = 32, layers: int = 2) -> Assets:
     return found
 
 
+def build_seq2seq(assets: Assets) -> Path:
+    """A 2-layer T5 (d_model 32) beside `assets.model`, on its tokenizer: `Seq2SeqTrainer` scripts
+    train it. Built on first use only (the causal scripts never need it)."""
+    import torch
+    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+
+    folder = assets.root / "t5"
+    if (folder / "config.json").is_file():
+        return folder
+    tok = AutoTokenizer.from_pretrained(assets.model)
+    config = T5Config(
+        vocab_size=len(tok),
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    tmp = folder.with_name(f".{folder.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    T5ForConditionalGeneration(config).save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    os.replace(tmp, folder)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
