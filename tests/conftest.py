@@ -42,6 +42,19 @@ FAST = {
 }
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules that hold a `slow` test run first, each whole on one worker (`--dist loadscope`
+    in pyproject's addopts): a 60 s module that starts last keeps the other worker idle at the end,
+    and a module split across workers builds its module-scoped campaign runs twice."""
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    slow = {module(item) for item in items if item.get_closest_marker("slow")}
+    # A stable sort: the collection order stays within each half and within each module.
+    items.sort(key=lambda item: module(item) not in slow)
+
+
 @pytest.fixture
 def write_campaign(tmp_path: Path):
     """write_campaign(changes, name=..., drop=[sections]) -> path of a campaign file in tmp_path."""

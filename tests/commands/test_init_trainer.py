@@ -218,13 +218,17 @@ def test_plain_init_still_needs_model_and_data(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(tmp_path, monkeypatch, capsys):
+def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(
+    tmp_path, tmp_path_factory, monkeypatch, capsys
+):
     pytest.importorskip("trl", reason="the [trl] extra is not installed: pip install -e '.[test,hf,trl]'")
-    spec = importlib.util.spec_from_file_location("tiny_assets_build", SCRIPTS / "tiny_assets.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    assets = module.build(tmp_path / "tiny")
+    # The trainer tests' tiny assets, built once per session whichever worker asks first.
+    from trainer.conftest import locked, shared_root, tiny_assets
+
+    shared = shared_root(tmp_path_factory) / "trainer-tiny"
+    with locked(shared):
+        assets = tiny_assets().build(shared)
+    (tmp_path / "tiny").symlink_to(shared, target_is_directory=True)
     rc = _init(
         tmp_path,
         monkeypatch,
@@ -241,6 +245,12 @@ def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(tmp_path
         "out",
     )
     assert rc == 0
+    # As written but for the estimate, which rebuilds the model under fake tensors (seconds on a
+    # loaded CPU): test_plain_trainer's campaign runs it on this script and model.
+    written = tmp_path / "c" / "campaign.toml"
+    text = written.read_text()
+    assert text.count("\n[phases]\n") == 1 and "skip" not in tomllib.loads(text)["phases"]
+    written.write_text(text.replace("\n[phases]\n", '\n[phases]\nskip = ["estimate"]\n'))
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(
         [sys.executable, "-m", "pilot_tui", "run", "c/campaign.toml", "--headless"],
@@ -254,6 +264,7 @@ def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(tmp_path
     record = next((tmp_path / "c" / "records").glob("*.toml"))
     rows = tomllib.loads(record.read_text())["phases"]
     assert {r["verdict"] for r in rows} == {"pass"}, proc.stdout
+    assert "estimate" not in {r["name"] for r in rows}
     ran = {(r["name"], r["variant"]) for r in rows}
     assert {("first_step", "mb1"), ("steady", "ckpt")} <= ran  # the variants init wrote ran
     assert assets.model.is_dir()

@@ -64,6 +64,7 @@ def rows_of(records: Path) -> dict[str, dict]:
     return {row["step"]: row for row in tomllib.loads(record.read_text())["phases"]}
 
 
+@pytest.mark.slow
 def test_init_then_run_passes_every_phase_with_tied_embeddings(hf, tmp_path, capsys):
     out = tmp_path / "campaign.toml"
     assert init(hf.tied_plain, hf.chat, out) == 0

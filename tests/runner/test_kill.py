@@ -19,6 +19,7 @@ import tomllib
 from pathlib import Path
 
 import psutil
+import pytest
 import tomli_w
 from conftest import FAST, REPO, deep_merge, demo_raw
 
@@ -28,8 +29,10 @@ STACK_PHASES, DATA_PHASES = in_group("stack"), in_group("data")
 ENGINE_PHASES, CLOSING_PHASES = in_group("engine"), in_group("closing")
 
 SEED = 20_240_611
-GROUP_KILLS = 12  # SIGKILL to the CLI's whole process group (CLI + runner)
-LONE_KILLS = 3  # SIGKILL to the CLI alone: the runner must die by PR_SET_PDEATHSIG
+# SIGKILL to the CLI's whole process group (CLI + runner): one at a random moment of each window
+# of a measured run (start-up, each engine phase, the closing plan), so every phase kind is hit.
+GROUP_KILLS = 1 + len(ENGINE_PHASES) + 1
+LONE_KILLS = 2  # SIGKILL to the CLI alone, inside a phase: the runner must die by PR_SET_PDEATHSIG
 MARKER = "PILOT_TEST_KILL_MARKER"  # not PILOT_TUI_*: those are settings
 # A phase line: "<mark> <verdict>  <step> ...", e.g. "✓ pass  first_step   0.03 s ...".
 PHASE_LINE = re.compile(r"^\S (pass|warn|fail)\s+(\S+)\s")
@@ -40,6 +43,8 @@ def tiny_campaign(folder: Path) -> Path:
     # Engine phases only: the others belong to other workstreams (see test_engine.NOT_ENGINE).
     raw = deep_merge(demo_raw(), FAST)
     raw["phases"]["skip"] = [*STACK_PHASES, *DATA_PHASES, "lr_run", *CLOSING_PHASES]
+    # The minimum of steady updates, timed no longer: what a kill finds is the same, each run shorter.
+    raw["phases"]["steady_budget_s"] = 0.0
     for section in ("variants", "lr_board"):
         raw.pop(section, None)
     path = folder / "tiny.toml"
@@ -47,14 +52,14 @@ def tiny_campaign(folder: Path) -> Path:
     return path
 
 
-def start_cli(spec: Path, records: Path, token: str) -> subprocess.Popen[str]:
+def start_cli(spec: Path, records: Path, token: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]:
     # The marker travels to the runner through the environment, so this test finds its own
     # runners among those of other tests running at the same time.
     env = dict(os.environ, **{MARKER: token})
     return subprocess.Popen(
         [sys.executable, "-m", "pilot_tui", "run", str(spec), "--headless", "--records", str(records)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         cwd=REPO,
         env=env,
@@ -91,24 +96,39 @@ def temp_files(records: Path) -> list[Path]:
     return sorted(records.rglob(".*.tmp")) if records.exists() else []
 
 
+def measured_windows(spec: Path, records: Path) -> list[tuple[float, float]]:
+    """One complete run, timed line by line: (start, end) of its start-up (until the record is
+    open), of each engine phase (between two phase lines) and of the closing plan."""
+    t0 = time.monotonic()
+    full = start_cli(spec, records, "measure", stderr=subprocess.STDOUT)
+    assert full.stdout is not None
+    lines, marks = [], []
+    for line in full.stdout:
+        lines.append(line)
+        if line.startswith("pilot-tui · campaign") or PHASE_LINE.match(line):
+            marks.append(time.monotonic() - t0)
+    assert full.wait(timeout=120) == 0, "".join(lines)
+    marks.append(time.monotonic() - t0)
+    assert sum(bool(PHASE_LINE.match(line)) for line in lines) == len(ENGINE_PHASES), "".join(lines)
+    return list(zip([0.0, *marks[:-1]], marks, strict=True))
+
+
+@pytest.mark.slow
 def test_sigkill_at_random_moments_leaves_a_whole_record(tmp_path):
     spec = tiny_campaign(tmp_path)
     records = tmp_path / "records"
 
-    # Measure one complete run: the kills are spread over its duration.
-    t0 = time.monotonic()
-    full = start_cli(spec, tmp_path / "measure", "measure")
-    out, err = full.communicate(timeout=120)
-    duration = time.monotonic() - t0
-    assert full.returncode == 0, out + err
-    assert sum(bool(PHASE_LINE.match(line)) for line in out.splitlines()) == len(ENGINE_PHASES)
-
+    # Measure one complete run: a kill at a random moment of each of its windows.
+    windows = measured_windows(spec, tmp_path / "measure")
+    assert len(windows) == GROUP_KILLS, windows
+    duration = windows[-1][1]
     rng = random.Random(SEED)
     kills = GROUP_KILLS + LONE_KILLS
-    # One moment in each of `kills` equal slices of the run: random, yet spread over all of it.
-    plan = [((i + rng.random()) / kills * duration, False) for i in range(kills)]
-    for i in rng.sample(range(kills // 2, kills), LONE_KILLS):
-        plan[i] = (plan[i][0], True)
+    plan = [(start + rng.random() * (end - start), False) for start, end in windows]
+    # The CLI alone, once the runner exists: inside phases (windows 1 .. len(ENGINE_PHASES)).
+    for i in rng.sample(range(1, 1 + len(ENGINE_PHASES)), LONE_KILLS):
+        start, end = windows[i]
+        plan.append((start + rng.random() * (end - start), True))
     landed, missed, left_temp, printed_total = {False: 0, True: 0}, 0, 0, 0
     while plan:
         moment, lone = plan.pop(0)

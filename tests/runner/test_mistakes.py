@@ -524,27 +524,42 @@ def _resume(tmp_path: Path, augment: bool, workers: int, overrides: dict[str, An
     return run(ctx, "resume", overrides)
 
 
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """`_resume` once per configuration in this module: one test's twin is another's subject (a
+    resume check starts a new process, and loader workers)."""
+    rows: dict[str, dict[str, Any]] = {}
+
+    def get(augment: bool, workers: int, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        key = (augment, workers, sorted((overrides or {}).items()))
+        if repr(key) not in rows:
+            rows[repr(key)] = _resume(tmp_path_factory.mktemp("resume"), augment, workers, overrides)
+        return rows[repr(key)]
+
+    return get
+
+
 @pytest.mark.slow
-def test_random_draws_in_loader_workers_break_a_mid_epoch_resume_by_name(tmp_path):
-    bad = _resume(tmp_path, augment=True, workers=2)
+def test_random_draws_in_loader_workers_break_a_mid_epoch_resume_by_name(resumed):
+    bad = resumed(augment=True, workers=2)
     assert bad["verdict"] == "fail", bad["reason"]
     assert bad["reason"].startswith("resume breaks at the loader workers: the batch fed at update 4")
     (edge,) = [e for e in bad["details"]["edges"] if not e["ok"]]
     assert edge["case"] == "workers" and edge["data_differs"] and edge["k"] == 3
     # The twins: the same collate in the main process, and workers with nothing random in them.
     for augment, workers in ((True, 0), (False, 2)):
-        good = _resume(tmp_path, augment, workers)
+        good = resumed(augment, workers)
         assert good["verdict"] == "pass", (augment, workers, good["reason"])
         assert all(e["ok"] for e in good["details"]["edges"])
 
 
-def test_a_resume_at_the_end_of_an_epoch_that_skips_the_next_is_named(tmp_path):
-    good = _resume(tmp_path, augment=True, workers=0)
+def test_a_resume_at_the_end_of_an_epoch_that_skips_the_next_is_named(resumed):
+    good = resumed(augment=True, workers=0)
     (edge,) = [e for e in good["details"]["edges"] if e["case"] == "epoch_boundary"]
     assert good["verdict"] == "pass" and edge["ok"] and edge["at_epoch_boundary"], good["reason"]
     assert edge["k"] == good["details"]["updates_per_epoch"]
     assert not any("epoch boundary is not covered" in n for n in good["details"]["notes"])
-    bad = _resume(tmp_path, augment=True, workers=0, overrides={"break_resume": "epoch"})
+    bad = resumed(augment=True, workers=0, overrides={"break_resume": "epoch"})
     assert bad["verdict"] == "fail"
     assert bad["reason"].startswith(
         f"resume breaks at the epoch boundary: the batch fed at update {edge['k'] + 1}"

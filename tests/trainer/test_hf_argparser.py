@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import passes_every_phase, run_campaign
+from .conftest import NO_FINAL, passes_every_phase, run_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -22,9 +22,14 @@ def _args(tiny, *flags: str) -> list[str]:
 
 
 def test_with_do_train_it_passes_every_phase(tiny, tmp_path):
-    # Text blocks: every token is learnt, as the campaign declares.
+    # Text blocks: every token is learnt, as the campaign declares. The resume re-runs the script
+    # (its HfArgumentParser) in a new process; the final reload is the plain campaign's.
     run = run_campaign(
-        tmp_path, "hf_argparser.py", _args(tiny, "--do_train", "--do_eval"), task={"supervise_prompt": True}
+        tmp_path,
+        "hf_argparser.py",
+        _args(tiny, "--do_train", "--do_eval"),
+        task={"supervise_prompt": True},
+        phases=NO_FINAL,
     )
     passes_every_phase(run)
     assert run.row("load")["details"]["collator"] == "default_data_collator"
