@@ -223,11 +223,11 @@ def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(
 ):
     pytest.importorskip("trl", reason="the [trl] extra is not installed: pip install -e '.[test,hf,trl]'")
     # The trainer tests' tiny assets, built once per session whichever worker asks first.
-    from trainer.conftest import locked, shared_root, tiny_assets
+    from trainer.conftest import _tiny_assets, locked, shared_root
 
     shared = shared_root(tmp_path_factory) / "trainer-tiny"
     with locked(shared):
-        assets = tiny_assets().build(shared)
+        assets = _tiny_assets().build(shared)
     (tmp_path / "tiny").symlink_to(shared, target_is_directory=True)
     rc = _init(
         tmp_path,

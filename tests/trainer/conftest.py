@@ -38,7 +38,7 @@ LATER = ["estimate", "overfit", "steady", "eval_longest", "save", "export", "res
 NO_FINAL = {"steady_updates": 3, "skip": ["estimate", "final"]}
 
 
-def tiny_assets():
+def _tiny_assets():
     spec = importlib.util.spec_from_file_location("tiny_assets", SCRIPTS / "tiny_assets.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["tiny_assets"] = module  # its dataclass resolves annotations through it
@@ -70,7 +70,7 @@ def tiny(tmp_path_factory):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = shared_root(tmp_path_factory) / "trainer-tiny"
     with locked(folder):
-        return tiny_assets().build(folder)  # idempotent: a complete build is reused
+        return _tiny_assets().build(folder)  # idempotent: a complete build is reused
 
 
 @dataclass
