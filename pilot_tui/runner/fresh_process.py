@@ -34,7 +34,7 @@ from .checkpoint import detached_copies
 from .context import RunContext, pick_device
 from .determinism import apply_spawn_env
 from .distributed import state as dist_state
-from .lifetime import die_with_parent
+from .lifetime import die_with_parent, exit_without_collecting
 from .safe_load import UnsafeLoadError, load_tensors
 
 EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
@@ -249,6 +249,13 @@ def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 def run_fresh_process(body) -> int:
     """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code."""
+    try:
+        return _run_body(body)
+    finally:
+        exit_without_collecting()
+
+
+def _run_body(body) -> int:
     try:
         body()
     except UnsafeLoadError as exc:

@@ -38,7 +38,7 @@ from ..core.spec import SpecError, _line_of, load_spec
 from ..core.steps import campaign_steps, find_step
 from ..tasks.loader import TaskError, load_task
 from .determinism import apply_spawn_env
-from .lifetime import die_with_parent
+from .lifetime import die_with_parent, exit_without_collecting
 
 # The modules that import torch are imported inside the functions that need them: torch must
 # load only after `main()` has set the environment cuBLAS reads when its first handle is made.
@@ -376,6 +376,7 @@ def main() -> int:
         stop.set()
     if poisoned:
         _end_poisoned()
+    exit_without_collecting()
     return 0
 
 

@@ -8,12 +8,14 @@ next start sweeps it, which a final complete run in the same records folder chec
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -29,10 +31,12 @@ STACK_PHASES, DATA_PHASES = in_group("stack"), in_group("data")
 ENGINE_PHASES, CLOSING_PHASES = in_group("engine"), in_group("closing")
 
 SEED = 20_240_611
-# SIGKILL to the CLI's whole process group (CLI + runner): one at a random moment of each window
-# of a measured run (start-up, each engine phase, the closing plan), so every phase kind is hit.
-GROUP_KILLS = 1 + len(ENGINE_PHASES) + 1
-LONE_KILLS = 2  # SIGKILL to the CLI alone, inside a phase: the runner must die by PR_SET_PDEATHSIG
+# One kill at a random moment of each window of a run (start-up, each engine phase, the closing
+# plan), so every phase kind is hit: in two phases, drawn at random, SIGKILL to the CLI alone (the
+# runner must die by PR_SET_PDEATHSIG); elsewhere to the CLI's whole process group (CLI + runner).
+WINDOWS = 1 + len(ENGINE_PHASES) + 1
+LONE_KILLS = 2
+GROUP_KILLS = WINDOWS - LONE_KILLS
 MARKER = "PILOT_TEST_KILL_MARKER"  # not PILOT_TUI_*: those are settings
 # A phase line: "<mark> <verdict>  <step> ...", e.g. "✓ pass  first_step   0.03 s ...".
 PHASE_LINE = re.compile(r"^\S (pass|warn|fail)\s+(\S+)\s")
@@ -96,21 +100,40 @@ def temp_files(records: Path) -> list[Path]:
     return sorted(records.rglob(".*.tmp")) if records.exists() else []
 
 
-def measured_windows(spec: Path, records: Path) -> list[tuple[float, float]]:
-    """One complete run, timed line by line: (start, end) of its start-up (until the record is
-    open), of each engine phase (between two phase lines) and of the closing plan."""
+def is_mark(line: str) -> bool:
+    """The header (the record is open) or a phase line: where one window ends and the next begins."""
+    return line.startswith("pilot-tui · campaign") or bool(PHASE_LINE.match(line))
+
+
+class Watched:
+    """A CLI run whose stdout is read as it comes, with the moment of each mark line."""
+
+    def __init__(self, cli: subprocess.Popen[str]) -> None:
+        self.cli, self.lines, self.marks = cli, [], []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.cli.stdout is not None
+        for line in self.cli.stdout:
+            self.lines.append(line)
+            if is_mark(line):
+                self.marks.append(time.monotonic())
+
+    def output(self) -> str:
+        self.reader.join(timeout=30)
+        return "".join(self.lines)
+
+
+def measured_windows(spec: Path, records: Path) -> list[float]:
+    """One complete run, timed line by line: the length of its start-up (until the record is
+    open), of each engine phase (from one phase line to the next) and of the closing plan."""
     t0 = time.monotonic()
-    full = start_cli(spec, records, "measure", stderr=subprocess.STDOUT)
-    assert full.stdout is not None
-    lines, marks = [], []
-    for line in full.stdout:
-        lines.append(line)
-        if line.startswith("pilot-tui · campaign") or PHASE_LINE.match(line):
-            marks.append(time.monotonic() - t0)
-    assert full.wait(timeout=120) == 0, "".join(lines)
-    marks.append(time.monotonic() - t0)
-    assert sum(bool(PHASE_LINE.match(line)) for line in lines) == len(ENGINE_PHASES), "".join(lines)
-    return list(zip([0.0, *marks[:-1]], marks, strict=True))
+    run = Watched(start_cli(spec, records, "measure", stderr=subprocess.STDOUT))
+    assert run.cli.wait(timeout=120) == 0, run.output()
+    out, marks = run.output(), [t0, *run.marks, time.monotonic()]
+    assert sum(bool(PHASE_LINE.match(line)) for line in out.splitlines()) == len(ENGINE_PHASES), out
+    return [b - a for a, b in itertools.pairwise(marks)]
 
 
 @pytest.mark.slow
@@ -118,67 +141,63 @@ def test_sigkill_at_random_moments_leaves_a_whole_record(tmp_path):
     spec = tiny_campaign(tmp_path)
     records = tmp_path / "records"
 
-    # Measure one complete run: a kill at a random moment of each of its windows.
-    windows = measured_windows(spec, tmp_path / "measure")
-    assert len(windows) == GROUP_KILLS, windows
-    duration = windows[-1][1]
+    # Measure one complete run, then kill each later run at a random moment of one of its windows,
+    # counted from the line that opens the window in that run (start-up varies on a shared machine).
+    lengths = measured_windows(spec, tmp_path / "measure")
+    assert len(lengths) == WINDOWS, lengths
     rng = random.Random(SEED)
-    kills = GROUP_KILLS + LONE_KILLS
-    plan = [(start + rng.random() * (end - start), False) for start, end in windows]
-    # The CLI alone, once the runner exists: inside phases (windows 1 .. len(ENGINE_PHASES)).
-    for i in rng.sample(range(1, 1 + len(ENGINE_PHASES)), LONE_KILLS):
-        start, end = windows[i]
-        plan.append((start + rng.random() * (end - start), True))
+    kills = WINDOWS
+    # The CLI alone once the runner exists: inside phases (windows 1 .. len(ENGINE_PHASES)).
+    lone_windows = set(rng.sample(range(1, 1 + len(ENGINE_PHASES)), LONE_KILLS))
+    plan = [(window, rng.random(), window in lone_windows) for window in range(WINDOWS)]
     landed, missed, left_temp, printed_total = {False: 0, True: 0}, 0, 0, 0
     while plan:
-        moment, lone = plan.pop(0)
+        window, fraction, lone = plan.pop(0)
+        moment = fraction * lengths[window]
         token = f"{os.getpid()}-{len(plan)}-{missed}"
         before = set(records.glob("*.toml"))
         temps_before = set(temp_files(records))
-        started = time.monotonic()
-        cli = start_cli(spec, records, token)
-        if lone:  # only meaningful once the runner exists
-            wait_until(lambda c=cli, t=token: c.poll() is not None or bool(runners_with(t)), 60)
-        deadline = started + moment
+        run = Watched(start_cli(spec, records, token, stderr=subprocess.DEVNULL))
+        cli, started = run.cli, time.monotonic()
+        # The window opens at the start, or at its `window`-th mark line (the header, a phase).
+        wait_until(lambda r=run, w=window: r.cli.poll() is not None or len(r.marks) >= w, 120)
+        deadline = (run.marks[window - 1] if window and len(run.marks) >= window else started) + moment
         wait_until(lambda c=cli, d=deadline: c.poll() is not None or time.monotonic() >= d, moment + 5)
-        if cli.poll() is not None:
-            # The run was faster than the measured one (the machine is shared): try again earlier.
-            cli.communicate()
-            missed += 1
-            assert missed <= kills, "the runs keep finishing before the kill"
-            plan.append((rng.random() * 0.9 * (time.monotonic() - started), lone))
-            continue
-        if lone:
-            os.kill(cli.pid, signal.SIGKILL)
-        else:
-            os.killpg(cli.pid, signal.SIGKILL)
-        out, _ = cli.communicate(timeout=30)
+        if cli.poll() is None:
+            if lone:  # the header is out: the runner exists, and must die by PR_SET_PDEATHSIG
+                os.kill(cli.pid, signal.SIGKILL)
+            else:
+                os.killpg(cli.pid, signal.SIGKILL)
+        cli.wait(timeout=30)
+        out = run.output()
         if cli.returncode == 0:
-            # It finished between the poll above and the kill: nothing was killed, try earlier.
+            # The window ended before the moment (the machine is shared): try it again, earlier.
             missed += 1
             assert missed <= kills, "the runs keep finishing before the kill"
-            plan.append((rng.random() * 0.9 * (time.monotonic() - started), lone))
+            plan.append((window, rng.random() * fraction, lone))
             continue
-        assert cli.returncode == -signal.SIGKILL
+        assert cli.returncode == -signal.SIGKILL, (cli.returncode, out)
         landed[lone] += 1
 
         # No runner survives, whether killed with the group or by the parent-death signal.
         assert wait_until(lambda t=token: not runners_with(t), REAP_S), f"{token}: a runner survived"
 
         printed = [m.group(2) for line in out.splitlines() if (m := PHASE_LINE.match(line))]
+        # A kill inside a phase window came after every earlier phase's line.
+        assert len(printed) >= max(0, window - 1), (window, printed)
         printed_total += len(printed)
         new = set(records.glob("*.toml")) - before
         assert len(new) <= 1
         if printed:
-            assert new, f"kill at {moment:.2f} s: phases printed but no record"
+            assert new, f"kill in window {window}: phases printed but no record"
         if new:
             text = new.pop().read_text(encoding="utf-8")
-            assert text.strip(), f"kill at {moment:.2f} s: empty record"
+            assert text.strip(), f"kill in window {window}: empty record"
             data = tomllib.loads(text)  # a torn file would not parse
             assert data["campaign"]["name"] == "demo" and "accounting" in data
             recorded = [row["step"] for row in data["phases"]]
             # Every printed phase is on disk, in order; at most one more was saved unprinted.
-            assert recorded[: len(printed)] == printed, (moment, printed, recorded)
+            assert recorded[: len(printed)] == printed, (window, printed, recorded)
             assert len(recorded) - len(printed) <= 1
             assert set(recorded) <= set(ENGINE_PHASES)
         left_temp += bool(set(temp_files(records)) - temps_before)
@@ -186,9 +205,10 @@ def test_sigkill_at_random_moments_leaves_a_whole_record(tmp_path):
     assert landed == {False: GROUP_KILLS, True: LONE_KILLS}
     assert printed_total > 0, "no kill landed after a phase was recorded"
     print(
-        f"\n{kills} kills mid-run ({GROUP_KILLS} process group, {LONE_KILLS} CLI only) over a "
-        f"{duration:.2f} s run, {missed} retried (the run ended first): {printed_total} printed "
-        f"phases found on disk; {left_temp} kills left a temp file before the next start's sweep"
+        f"\n{kills} kills mid-run ({GROUP_KILLS} process group, {LONE_KILLS} CLI only) over the "
+        f"windows of a {sum(lengths):.2f} s run, {missed} retried (the window ended first): "
+        f"{printed_total} printed phases found on disk; {left_temp} kills left a temp file before "
+        "the next start's sweep"
     )
 
     # A complete run in the same folder: its start sweeps every temp file the kills left.

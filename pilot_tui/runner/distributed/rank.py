@@ -33,7 +33,7 @@ from ...core.steps import Step
 from ...tasks.loader import load_task
 from ..context import RunContext
 from ..fresh_process import task_file_sha256
-from ..lifetime import die_with_parent
+from ..lifetime import die_with_parent, exit_without_collecting
 from ..phases import PHASES, execute
 from ..phases.base import AFTER_ROW, Outcome
 from ..residency import MIB, state_bytes
@@ -250,6 +250,7 @@ def serve(args: argparse.Namespace) -> int:
         seq += 1
     stop.set()
     dist.destroy_process_group()
+    exit_without_collecting()
     return 0
 
 
