@@ -146,59 +146,148 @@ class Terminal:
 # ----------------------------------------------------------------------------- the control arm
 
 
-def control_app() -> None:
-    """A bare Textual app with the dashboard's layout and keys, and no work of its own."""
+def control_class() -> type:
+    """A bare Textual app of the dashboard's layout and keys, and no work of its own.
+
+    The same widget tree as the dashboard's (header, five tabs whose panes hold the same widget
+    types with the same ids, status line, footer with the same keys shown), laid out by the
+    dashboard's own stylesheet, showing the same text an idle dashboard shows. What it lacks is
+    everything the dashboard does: no runner, no state, no redraws; a switch moves focus into the
+    pane shown, as the dashboard's does.
+    """
+    from rich.text import Text
     from textual.app import App, ComposeResult
     from textual.binding import Binding
-    from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+    from textual.containers import Vertical, VerticalScroll
+    from textual.screen import Screen
+    from textual.widgets import DataTable, Header, Label, Sparkline, Static, TabbedContent, TabPane
 
-    texts = {
-        "batch": "inspect: pass — all checks passed\n" + "example tokens\n" * 12,
-        "counters": "GPUs (NVML)\nNVML: driver not found\n\nRunner process\ndevice cpu\nprocess RSS 340 MiB",
-        "board": "No LR runs yet: they appear here when the lr_run steps run.",
-        "plan": "No plan yet. The choice sheet and the package are built from the measured phases.",
+    # The dashboard's Textual-level helpers (no dashboard logic in them): the footer that rebuilds
+    # only when its keys change, and focus changes that repaint and restyle only what they change.
+    # Without them this app pays Textual's defaults, which the dashboard does not: the ratio then
+    # measures the dashboard's own work, not its care with Textual.
+    from pilot_tui.tui.focus import QuietFocusScreen, RestyleSelfOnFocus
+    from pilot_tui.tui.footer import QuietFooter
+
+    # The idle dashboard's text for this campaign (no inspect row, no runs, no plan, no NVML).
+    batch = "No inspect row yet: the inspect phase has not run in this campaign (or it is skipped)."
+    board = "No LR runs yet: they appear here when the lr_run steps run."
+    plan = "No plan yet. The choice sheet and the 3/7/30-day package are built from the measured phases."
+
+    # Named as the dashboard's panes so that its stylesheet lays them out the same way.
+    class GatesPane(Vertical):
+        def compose(self) -> ComposeResult:
+            yield DataTable(id="gate-table", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="gate-detail-box", classes="collapsed"):
+                yield Static(id="gate-detail")
+
+    class BatchPane(RestyleSelfOnFocus, VerticalScroll):
+        def compose(self) -> ComposeResult:
+            yield Static(Text(batch, style="dim"), id="batch-body")
+
+    class CountersPane(RestyleSelfOnFocus, VerticalScroll):
+        def compose(self) -> ComposeResult:
+            yield Label("GPUs (NVML)", classes="section")
+            yield Static(
+                "NVML: driver not found (no libnvidia-ml: this machine has no NVIDIA driver); "
+                "showing the runner's CPU memory instead.",
+                id="nvml",
+            )
+            yield Label("Runner process", classes="section")
+            yield Static("no counters yet: they arrive while a phase runs", id="runner")
+            yield Static(
+                "runner         pid 4242 · CPU 0% of one core · 4 threads\n"
+                "system memory  █░░░░░░░░░░░ 2.1/23.5 GiB used\n"
+                "load average   4.20 on 2 cores",
+                id="cpu",
+            )
+            yield Label("Ranks", id="ranks-label", classes="section").set_styles("display: none;")
+            yield Static("", id="ranks").set_styles("display: none;")
+            yield Label("History: nothing sampled yet", id="history-label", classes="section")
+            yield Sparkline([], id="history")
+
+    class BoardPane(RestyleSelfOnFocus, Vertical, can_focus=True):
+        def compose(self) -> ComposeResult:
+            yield Static("", id="board-decision").set_styles("display: none;")
+            yield Static(board, id="board-empty")
+            yield DataTable(id="run-table").set_styles("display: none;")
+            yield Static(id="loss-plot").set_styles("display: none;")
+            yield Static(id="variants")
+
+    class PlanPane(RestyleSelfOnFocus, VerticalScroll):
+        def compose(self) -> ComposeResult:
+            yield Static(Text(plan, style="dim"), id="plan-body")
+
+    panes = {
+        "gates": GatesPane,
+        "batch": BatchPane,
+        "counters": CountersPane,
+        "board": BoardPane,
+        "plan": PlanPane,
     }
 
     class Control(App[None]):
+        CSS_PATH = str(REPO / "pilot_tui" / "tui" / "app.tcss")
         BINDINGS = [  # noqa: RUF012
+            *(Binding(str(i), f"show('{p}')", p, show=False) for i, p in enumerate(panes, start=1)),
+            # The keys the dashboard's footer shows, each its own (inert) action as there.
             *(
-                Binding(str(i), f"show('{p}')", p, show=False)
-                for i, p in enumerate(("gates", *texts), start=1)
+                Binding(k, f"nothing('{d}')", d)
+                for k, d in (
+                    ("n", "next"),
+                    ("a", "all"),
+                    ("v", "variant"),
+                    ("c", "cancel"),
+                    ("e", "save record"),
+                    ("question_mark", "help"),
+                )
             ),
-            Binding("n", "bell", "next"),
-            Binding("a", "bell", "all"),
             Binding("q", "quit", "quit"),
         ]
 
+        def get_default_screen(self) -> Screen:
+            return QuietFocusScreen(id="_default")
+
         def compose(self) -> ComposeResult:
-            yield Header()
-            with TabbedContent(initial="gates"):
-                with TabPane("1 Gates", id="gates"):
-                    yield DataTable(cursor_type="row", zebra_stripes=True)
-                    yield Static(id="sel")
-                for i, (pane, text) in enumerate(texts.items(), start=2):
+            yield Header(show_clock=False)
+            yield Static(id="banner").set_styles("display: none;")
+            with TabbedContent(initial="gates", id="tabs"):
+                for i, (pane, widget) in enumerate(panes.items(), start=1):
                     with TabPane(f"{i} {pane.title()}", id=pane):
-                        yield Static(text)
-            yield Static("0/24 steps done", id="status")
-            yield Footer()
+                        yield widget()
+            yield Static("0/24 steps done · runner ready in 5.0 s (pid 4242)", id="status")
+            yield QuietFooter()
 
         def on_mount(self) -> None:
-            table = self.query_one(DataTable)
-            for name in ("", "step", "status", "time", "peak RSS", "reason"):
-                table.add_column(name)
+            table = self.query_one("#gate-table", DataTable)
+            for name, width in (("", 1), ("step", 20), ("status", 11), ("time", 7), ("peak RSS", 9)):
+                table.add_column(name, width=width)
+            table.add_column("reason", width=20)
             for key in bench_steps():
-                table.add_row("·", key, "waiting", "", "", "", key=key)
+                table.add_row(
+                    Text("·"), Text(key[:20]), Text("waiting"), *(Text("") for _ in range(3)), key=key
+                )
             table.focus()
 
         def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-            self.query_one("#sel", Static).update(f"d▸ {event.row_key.value} · waiting")
+            self.query_one("#gate-detail", Static).update(f"d▸ {event.row_key.value} · waiting · not run yet")
+
+        def action_nothing(self, what: str) -> None:
+            pass
 
         def action_show(self, pane: str) -> None:
+            """Switch, and focus into the pane as the dashboard does: Textual alone would move focus
+            from the hidden table to its pane's detail box, and the tabs would switch back to it."""
             self.query_one(TabbedContent).active = pane
-            if pane == "gates":
-                self.query_one(DataTable).focus()
+            widget = self.query_one(panes[pane])
+            target = {"gates": "#gate-table"}.get(pane)
+            (widget.query_one(target) if target else widget).focus()
 
-    Control().run()
+    return Control
+
+
+def control_app() -> None:
+    control_class()().run()
 
 
 # ----------------------------------------------------------------------------- the campaign
