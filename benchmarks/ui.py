@@ -7,10 +7,11 @@ are written to the terminal and a terminal emulator (pyte) reads what the app dr
 the time from writing a key to the first screen update on which that key's effect is visible (the
 pane's own text after `1`…`5`; the selected step's line after `up`/`down` in Gates).
 
-Beside it, in the same run, a *control arm*: a bare Textual app with the same layout (header, five
-tabs with a 24-row table and text panes, status line, footer, the same keys), in its own
+Beside it, in the same run, a *control arm*: a bare Textual app of the same screen (the dashboard's
+widget tree, ids and stylesheet, the idle dashboard's text, the same footer keys; `a` shows an LR
+run on its Board as the dashboard's does), with none of the dashboard's work, in its own
 pseudo-terminal. Both are measured with the runner idle, then while an LR run trains in the
-dashboard's runner (both apps share the machine with that training, key by key, alternately).
+dashboard's runner (both apps share the machine with that training), a cycle of keys each in turn.
 
 Printed: start-up to the first full frame (both apps), time until "runner ready" is shown,
 p50/p95/max per series, pilot p95 / control p95, and the longest wait for any key while training.
@@ -168,6 +169,7 @@ def control_class() -> type:
     # measures the dashboard's own work, not its care with Textual.
     from pilot_tui.tui.focus import QuietFocusScreen, RestyleSelfOnFocus
     from pilot_tui.tui.footer import QuietFooter
+    from pilot_tui.tui.panes.board import RUN_COLUMNS, LossPlot
 
     # The idle dashboard's text for this campaign (no inspect row, no runs, no plan, no NVML).
     batch = "No inspect row yet: the inspect phase has not run in this campaign (or it is skipped)."
@@ -210,9 +212,26 @@ def control_class() -> type:
         def compose(self) -> ComposeResult:
             yield Static("", id="board-decision").set_styles("display: none;")
             yield Static(board, id="board-empty")
-            yield DataTable(id="run-table").set_styles("display: none;")
-            yield Static(id="loss-plot").set_styles("display: none;")
+            yield DataTable(id="run-table", cursor_type="row", zebra_stripes=True)
+            yield LossPlot(id="loss-plot")
             yield Static(id="variants")
+
+        def on_mount(self) -> None:
+            table = self.query_one("#run-table", DataTable)
+            for name in RUN_COLUMNS:
+                table.add_column(name, key=name)
+            table.display = self.query_one(LossPlot).display = False
+
+        def show_run(self) -> None:
+            """What the dashboard's Board shows while its LR run trains: the run's row and a curve
+            (drawn once: the dashboard re-plots as points come, this one has no work to do)."""
+            table = self.query_one("#run-table", DataTable)
+            table.add_row(*(Text(c) for c in ("lr1e-4-s0", "1e-4", "0", "running", "", "2.31", "—")))
+            plot = self.query_one(LossPlot)
+            plot.plt.title("loss per update")
+            plot.plt.plot(list(range(1, 201)), [3.0 - i / 100 for i in range(200)], marker="braille")
+            self.query_one("#board-empty").display = False
+            table.display = plot.display = True
 
     class PlanPane(RestyleSelfOnFocus, VerticalScroll):
         def compose(self) -> ComposeResult:
@@ -230,18 +249,13 @@ def control_class() -> type:
         CSS_PATH = str(REPO / "pilot_tui" / "tui" / "app.tcss")
         BINDINGS = [  # noqa: RUF012
             *(Binding(str(i), f"show('{p}')", p, show=False) for i, p in enumerate(panes, start=1)),
-            # The keys the dashboard's footer shows, each its own (inert) action as there.
-            *(
-                Binding(k, f"nothing('{d}')", d)
-                for k, d in (
-                    ("n", "next"),
-                    ("a", "all"),
-                    ("v", "variant"),
-                    ("c", "cancel"),
-                    ("e", "save record"),
-                    ("question_mark", "help"),
-                )
-            ),
+            # The keys the dashboard's footer shows, each its own action as there (inert but `a`).
+            Binding("n", "nothing('next')", "next"),
+            Binding("a", "train", "all"),
+            Binding("v", "nothing('variant')", "variant"),
+            Binding("c", "nothing('cancel')", "cancel"),
+            Binding("e", "nothing('save')", "save record"),
+            Binding("question_mark", "nothing('help')", "help"),
             Binding("q", "quit", "quit"),
         ]
 
@@ -274,6 +288,10 @@ def control_class() -> type:
 
         def action_nothing(self, what: str) -> None:
             pass
+
+        def action_train(self) -> None:
+            """`a` starts the dashboard's LR run: the Board then shows it (here, drawn once)."""
+            self.query_one(BoardPane).show_run()
 
         def action_show(self, pane: str) -> None:
             """Switch, and focus into the pane as the dashboard does: Textual alone would move focus
@@ -349,6 +367,19 @@ def series(term: Terminal, steps: list[str], cycles: int, start_row: int) -> tup
     return switches, cursor
 
 
+def interleaved(
+    arms: tuple[tuple[Terminal, int], ...], steps: list[str], cycles: int
+) -> list[tuple[list[float], list[float]]]:
+    """`series` of each arm, one cycle of each in turn: both see the same load, however it moves."""
+    out: list[tuple[list[float], list[float]]] = [([], []) for _ in arms]
+    for _ in range(cycles):
+        for (term, start), (switches, cursor) in zip(arms, out, strict=True):
+            s, c = series(term, steps, 1, start)
+            switches.extend(s)
+            cursor.extend(c)
+    return out
+
+
 def stats(ms: list[float]) -> tuple[float, float, float]:
     s = sorted(x * 1000 for x in ms)
     return statistics.median(s), s[min(len(s) - 1, round(0.95 * (len(s) - 1)))], s[-1]
@@ -387,20 +418,15 @@ def main() -> int:
             start_control = control.wait(full) - control.t_spawn
             ready = pilot.wait(lambda s: "runner ready" in s, 120) - pilot.t_spawn
             # Cursor on row 0 in both (the dashboard's follows nothing yet).
-            idle_p = series(pilot, steps, args.cycles, 0)
-            idle_c = series(control, steps, args.cycles, 0)
+            idle_p, idle_c = interleaved(((pilot, 0), (control, 0)), steps, args.cycles)
             pilot.send("a")
+            control.send("a")  # its Board shows a run too, as the dashboard's will
             first_lr = steps.index(next(k for k in steps if k.startswith("lr_run@")))
             pilot.wait(lambda s: "▶" in s and "lr_run" in s, 300)
             pilot.wait(lambda s: "/100000" in s, 300)  # the LR run is training
             time.sleep(1.0)
             # The dashboard's cursor followed the running LR run: measure around it.
-            busy_p, busy_c = ([], []), ([], [])
-            for _ in range(args.cycles):
-                for arm, term, start in ((busy_p, pilot, first_lr), (busy_c, control, 0)):
-                    s, c = series(term, steps, 1, start)
-                    arm[0].extend(s)
-                    arm[1].extend(c)
+            busy_p, busy_c = interleaved(((pilot, first_lr), (control, 0)), steps, args.cycles)
             trained = pilot.text()
             pilot.send("c")
         finally:
