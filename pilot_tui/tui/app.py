@@ -75,6 +75,7 @@ PANES = ("gates", "batch", "counters", "board", "plan")
 REDRAW_S = 0.1  # a step starting or ending is drawn within 0.1 s
 STARTING = "starting the runner…"
 LIVE_S = 0.5  # live figures (progress, counters, curves) redraw at most twice a second
+LIVE_PANES = ("counters", "board")  # panes of live figures: redrawn by the timer, not by a switch
 NVML_PERIOD_S = 0.5
 CPU_PERIOD_S = 1.0
 HISTORY = 60  # sparkline samples (~30 s at 2 Hz)
@@ -515,10 +516,15 @@ class PilotApp(App[int]):
 
     @on(TabbedContent.TabActivated)
     def handle_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """A pane shown draws what changed while it was hidden before the first frame, except live
+        figures (Counters, the Board): those show as last drawn at once and the new ones at the next
+        tick (≤ REDRAW_S), so the key is answered without waiting for tables and curves."""
         pane = event.pane.id or ""
-        if pane in self.dirty:
+        if pane in self.dirty and (pane in self.urgent or pane not in LIVE_PANES):
             self._draw(pane)
+            self.drawn_at[pane] = time.monotonic()
             self.dirty.discard(pane)
+            self.urgent.discard(pane)
 
     # ------------------------------------------------------------------ worker messages
 
