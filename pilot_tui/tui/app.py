@@ -314,7 +314,8 @@ class PilotApp(App[int]):
             self.gates_pane.set_cpu()
         self.redraw(force_all=True)
         self.query_one("#gate-table").focus()
-        self.call_after_refresh(freeze_heap)  # after the first frame: start-up does not wait
+        # Once the first frame is out (a collection holds the GIL the terminal writer needs).
+        self.set_timer(0.5, freeze_heap)
         self.redraw_timer = self.set_interval(REDRAW_S, self.redraw)
         self._stop_on_signals()
         if self.runner is not None:
