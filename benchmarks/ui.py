@@ -7,10 +7,11 @@ are written to the terminal and a terminal emulator (pyte) reads what the app dr
 the time from writing a key to the first screen update on which that key's effect is visible (the
 pane's own text after `1`…`5`; the selected step's line after `up`/`down` in Gates).
 
-Beside it, in the same run, a *control arm*: a bare Textual app with the same layout (header, five
-tabs with a 24-row table and text panes, status line, footer, the same keys), in its own
+Beside it, in the same run, a *control arm*: a bare Textual app of the same screen (the dashboard's
+widget tree, ids and stylesheet, the idle dashboard's text, the same footer keys; `a` shows an LR
+run on its Board as the dashboard's does), with none of the dashboard's work, in its own
 pseudo-terminal. Both are measured with the runner idle, then while an LR run trains in the
-dashboard's runner (both apps share the machine with that training, key by key, alternately).
+dashboard's runner (both apps share the machine with that training), a cycle of keys each in turn.
 
 Printed: start-up to the first full frame (both apps), time until "runner ready" is shown,
 p50/p95/max per series, pilot p95 / control p95, and the longest wait for any key while training.
@@ -146,59 +147,165 @@ class Terminal:
 # ----------------------------------------------------------------------------- the control arm
 
 
-def control_app() -> None:
-    """A bare Textual app with the dashboard's layout and keys, and no work of its own."""
+def control_class() -> type:
+    """A bare Textual app of the dashboard's layout and keys, and no work of its own.
+
+    The same widget tree as the dashboard's (header, five tabs whose panes hold the same widget
+    types with the same ids, status line, footer with the same keys shown), laid out by the
+    dashboard's own stylesheet, showing the same text an idle dashboard shows. What it lacks is
+    everything the dashboard does: no runner, no state, no redraws; a switch moves focus into the
+    pane shown, as the dashboard's does.
+    """
+    from rich.text import Text
     from textual.app import App, ComposeResult
     from textual.binding import Binding
-    from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+    from textual.containers import Vertical, VerticalScroll
+    from textual.screen import Screen
+    from textual.widgets import DataTable, Header, Label, Sparkline, Static, TabbedContent, TabPane
 
-    texts = {
-        "batch": "inspect: pass — all checks passed\n" + "example tokens\n" * 12,
-        "counters": "GPUs (NVML)\nNVML: driver not found\n\nRunner process\ndevice cpu\nprocess RSS 340 MiB",
-        "board": "No LR runs yet: they appear here when the lr_run steps run.",
-        "plan": "No plan yet. The choice sheet and the package are built from the measured phases.",
+    # The dashboard's Textual-level helpers (no dashboard logic in them): the footer that rebuilds
+    # only when its keys change, and focus changes that repaint and restyle only what they change.
+    # Without them this app pays Textual's defaults, which the dashboard does not: the ratio then
+    # measures the dashboard's own work, not its care with Textual.
+    from pilot_tui.tui.focus import QuietFocusScreen, RestyleSelfOnFocus
+    from pilot_tui.tui.footer import QuietFooter
+    from pilot_tui.tui.panes.board import RUN_COLUMNS, LossPlot
+
+    # The idle dashboard's text for this campaign (no inspect row, no runs, no plan, no NVML).
+    batch = "No inspect row yet: the inspect phase has not run in this campaign (or it is skipped)."
+    board = "No LR runs yet: they appear here when the lr_run steps run."
+    plan = "No plan yet. The choice sheet and the 3/7/30-day package are built from the measured phases."
+
+    # Named as the dashboard's panes so that its stylesheet lays them out the same way.
+    class GatesPane(Vertical):
+        def compose(self) -> ComposeResult:
+            yield DataTable(id="gate-table", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="gate-detail-box", classes="collapsed"):
+                yield Static(id="gate-detail")
+
+    class BatchPane(RestyleSelfOnFocus, VerticalScroll):
+        def compose(self) -> ComposeResult:
+            yield Static(Text(batch, style="dim"), id="batch-body")
+
+    class CountersPane(RestyleSelfOnFocus, VerticalScroll):
+        def compose(self) -> ComposeResult:
+            yield Label("GPUs (NVML)", classes="section")
+            yield Static(
+                "NVML: driver not found (no libnvidia-ml: this machine has no NVIDIA driver); "
+                "showing the runner's CPU memory instead.",
+                id="nvml",
+            )
+            yield Label("Runner process", classes="section")
+            yield Static("no counters yet: they arrive while a phase runs", id="runner")
+            yield Static(
+                "runner         pid 4242 · CPU 0% of one core · 4 threads\n"
+                "system memory  █░░░░░░░░░░░ 2.1/23.5 GiB used\n"
+                "load average   4.20 on 2 cores",
+                id="cpu",
+            )
+            yield Label("Ranks", id="ranks-label", classes="section").set_styles("display: none;")
+            yield Static("", id="ranks").set_styles("display: none;")
+            yield Label("History: nothing sampled yet", id="history-label", classes="section")
+            yield Sparkline([], id="history")
+
+    class BoardPane(RestyleSelfOnFocus, Vertical, can_focus=True):
+        def compose(self) -> ComposeResult:
+            yield Static("", id="board-decision").set_styles("display: none;")
+            yield Static(board, id="board-empty")
+            yield DataTable(id="run-table", cursor_type="row", zebra_stripes=True)
+            yield LossPlot(id="loss-plot")
+            yield Static(id="variants")
+
+        def on_mount(self) -> None:
+            table = self.query_one("#run-table", DataTable)
+            for name in RUN_COLUMNS:
+                table.add_column(name, key=name)
+            table.display = self.query_one(LossPlot).display = False
+
+        def show_run(self) -> None:
+            """What the dashboard's Board shows while its LR run trains: the run's row and a curve
+            (drawn once: the dashboard re-plots as points come, this one has no work to do)."""
+            table = self.query_one("#run-table", DataTable)
+            table.add_row(*(Text(c) for c in ("lr1e-4-s0", "1e-4", "0", "running", "", "2.31", "—")))
+            plot = self.query_one(LossPlot)
+            plot.plt.title("loss per update")
+            plot.plt.plot(list(range(1, 201)), [3.0 - i / 100 for i in range(200)], marker="braille")
+            self.query_one("#board-empty").display = False
+            table.display = plot.display = True
+
+    class PlanPane(RestyleSelfOnFocus, VerticalScroll):
+        def compose(self) -> ComposeResult:
+            yield Static(Text(plan, style="dim"), id="plan-body")
+
+    panes = {
+        "gates": GatesPane,
+        "batch": BatchPane,
+        "counters": CountersPane,
+        "board": BoardPane,
+        "plan": PlanPane,
     }
 
     class Control(App[None]):
+        CSS_PATH = str(REPO / "pilot_tui" / "tui" / "app.tcss")
         BINDINGS = [  # noqa: RUF012
-            *(
-                Binding(str(i), f"show('{p}')", p, show=False)
-                for i, p in enumerate(("gates", *texts), start=1)
-            ),
-            Binding("n", "bell", "next"),
-            Binding("a", "bell", "all"),
+            *(Binding(str(i), f"show('{p}')", p, show=False) for i, p in enumerate(panes, start=1)),
+            # The keys the dashboard's footer shows, each its own action as there (inert but `a`).
+            Binding("n", "nothing('next')", "next"),
+            Binding("a", "train", "all"),
+            Binding("v", "nothing('variant')", "variant"),
+            Binding("c", "nothing('cancel')", "cancel"),
+            Binding("e", "nothing('save')", "save record"),
+            Binding("question_mark", "nothing('help')", "help"),
             Binding("q", "quit", "quit"),
         ]
 
+        def get_default_screen(self) -> Screen:
+            return QuietFocusScreen(id="_default")
+
         def compose(self) -> ComposeResult:
-            yield Header()
-            with TabbedContent(initial="gates"):
-                with TabPane("1 Gates", id="gates"):
-                    yield DataTable(cursor_type="row", zebra_stripes=True)
-                    yield Static(id="sel")
-                for i, (pane, text) in enumerate(texts.items(), start=2):
+            yield Header(show_clock=False)
+            yield Static(id="banner").set_styles("display: none;")
+            with TabbedContent(initial="gates", id="tabs"):
+                for i, (pane, widget) in enumerate(panes.items(), start=1):
                     with TabPane(f"{i} {pane.title()}", id=pane):
-                        yield Static(text)
-            yield Static("0/24 steps done", id="status")
-            yield Footer()
+                        yield widget()
+            yield Static("0/24 steps done · runner ready in 5.0 s (pid 4242)", id="status")
+            yield QuietFooter()
 
         def on_mount(self) -> None:
-            table = self.query_one(DataTable)
-            for name in ("", "step", "status", "time", "peak RSS", "reason"):
-                table.add_column(name)
+            table = self.query_one("#gate-table", DataTable)
+            for name, width in (("", 1), ("step", 20), ("status", 11), ("time", 7), ("peak RSS", 9)):
+                table.add_column(name, width=width)
+            table.add_column("reason", width=20)
             for key in bench_steps():
-                table.add_row("·", key, "waiting", "", "", "", key=key)
+                table.add_row(
+                    Text("·"), Text(key[:20]), Text("waiting"), *(Text("") for _ in range(3)), key=key
+                )
             table.focus()
 
         def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-            self.query_one("#sel", Static).update(f"d▸ {event.row_key.value} · waiting")
+            self.query_one("#gate-detail", Static).update(f"d▸ {event.row_key.value} · waiting · not run yet")
+
+        def action_nothing(self, what: str) -> None:
+            pass
+
+        def action_train(self) -> None:
+            """`a` starts the dashboard's LR run: the Board then shows it (here, drawn once)."""
+            self.query_one(BoardPane).show_run()
 
         def action_show(self, pane: str) -> None:
+            """Switch, and focus into the pane as the dashboard does: Textual alone would move focus
+            from the hidden table to its pane's detail box, and the tabs would switch back to it."""
             self.query_one(TabbedContent).active = pane
-            if pane == "gates":
-                self.query_one(DataTable).focus()
+            widget = self.query_one(panes[pane])
+            target = {"gates": "#gate-table"}.get(pane)
+            (widget.query_one(target) if target else widget).focus()
 
-    Control().run()
+    return Control
+
+
+def control_app() -> None:
+    control_class()().run()
 
 
 # ----------------------------------------------------------------------------- the campaign
@@ -260,6 +367,19 @@ def series(term: Terminal, steps: list[str], cycles: int, start_row: int) -> tup
     return switches, cursor
 
 
+def interleaved(
+    arms: tuple[tuple[Terminal, int], ...], steps: list[str], cycles: int
+) -> list[tuple[list[float], list[float]]]:
+    """`series` of each arm, one cycle of each in turn: both see the same load, however it moves."""
+    out: list[tuple[list[float], list[float]]] = [([], []) for _ in arms]
+    for _ in range(cycles):
+        for (term, start), (switches, cursor) in zip(arms, out, strict=True):
+            s, c = series(term, steps, 1, start)
+            switches.extend(s)
+            cursor.extend(c)
+    return out
+
+
 def stats(ms: list[float]) -> tuple[float, float, float]:
     s = sorted(x * 1000 for x in ms)
     return statistics.median(s), s[min(len(s) - 1, round(0.95 * (len(s) - 1)))], s[-1]
@@ -298,20 +418,15 @@ def main() -> int:
             start_control = control.wait(full) - control.t_spawn
             ready = pilot.wait(lambda s: "runner ready" in s, 120) - pilot.t_spawn
             # Cursor on row 0 in both (the dashboard's follows nothing yet).
-            idle_p = series(pilot, steps, args.cycles, 0)
-            idle_c = series(control, steps, args.cycles, 0)
+            idle_p, idle_c = interleaved(((pilot, 0), (control, 0)), steps, args.cycles)
             pilot.send("a")
+            control.send("a")  # its Board shows a run too, as the dashboard's will
             first_lr = steps.index(next(k for k in steps if k.startswith("lr_run@")))
             pilot.wait(lambda s: "▶" in s and "lr_run" in s, 300)
             pilot.wait(lambda s: "/100000" in s, 300)  # the LR run is training
             time.sleep(1.0)
             # The dashboard's cursor followed the running LR run: measure around it.
-            busy_p, busy_c = ([], []), ([], [])
-            for _ in range(args.cycles):
-                for arm, term, start in ((busy_p, pilot, first_lr), (busy_c, control, 0)):
-                    s, c = series(term, steps, 1, start)
-                    arm[0].extend(s)
-                    arm[1].extend(c)
+            busy_p, busy_c = interleaved(((pilot, first_lr), (control, 0)), steps, args.cycles)
             trained = pilot.text()
             pilot.send("c")
         finally:

@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import gc
 import os
 import signal
 import threading
@@ -25,6 +26,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Header, Static, TabbedContent, TabPane
 
@@ -39,6 +41,7 @@ from ..core.text import clean, clean_tree, literal, one_line
 from ..session.driver import Session
 from .commands import PilotCommands
 from .cpu import CpuProbe, CpuSample
+from .focus import QuietFocusScreen
 from .footer import QuietFooter
 from .messages import (
     CampaignStopped,
@@ -72,12 +75,26 @@ PANES = ("gates", "batch", "counters", "board", "plan")
 REDRAW_S = 0.1  # a step starting or ending is drawn within 0.1 s
 STARTING = "starting the runner…"
 LIVE_S = 0.5  # live figures (progress, counters, curves) redraw at most twice a second
+LIVE_PANES = ("counters", "board")  # panes of live figures: redrawn by the timer, not by a switch
 NVML_PERIOD_S = 0.5
 CPU_PERIOD_S = 1.0
 HISTORY = 60  # sparkline samples (~30 s at 2 Hz)
 # Past the session's cancel grace (the runner is killed then): the join waits that long and this more.
 JOIN_MARGIN_S = 5.0
 RUN_ACTIONS = ("next_step", "run_all", "variant", "cancel_phase", "rerun")
+
+
+def freeze_heap() -> None:
+    """Collect, then move every object alive now out of the collector's reach (`gc.freeze`).
+
+    The dashboard's heap (spec, record, session, Textual's widgets) is built once and lives as
+    long as the app; each full collection walked all of it, a 100–150 ms pause that landed in
+    whatever key was waiting (the slowest pane switches while a run trained). Frozen, a full
+    collection walks only what was made since. `gc.unfreeze()` when the app closes hands it back
+    (a test process runs many apps).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def read_if_record(path: Path) -> Record | None:
@@ -184,6 +201,9 @@ class PilotApp(App[int]):
         self.cpu_sample: CpuSample | None = None
         self._nvml_stop = threading.Event()
         self._load_initial()
+
+    def get_default_screen(self) -> Screen:
+        return QuietFocusScreen(id="_default")  # a pane switch moves focus: see tui/focus.py
 
     def notify(self, message: str, *, title: str = "", **kwargs: Any) -> None:  # type: ignore[override]
         """Every notification is literal text: reasons and paths come from records and tasks."""
@@ -294,6 +314,8 @@ class PilotApp(App[int]):
             self.gates_pane.set_cpu()
         self.redraw(force_all=True)
         self.query_one("#gate-table").focus()
+        # Once the first frame is out (a collection holds the GIL the terminal writer needs).
+        self.set_timer(0.5, freeze_heap)
         self.redraw_timer = self.set_interval(REDRAW_S, self.redraw)
         self._stop_on_signals()
         if self.runner is not None:
@@ -356,6 +378,7 @@ class PilotApp(App[int]):
 
     def on_unmount(self) -> None:
         self.stop_workers()
+        gc.unfreeze()
 
     def stop_workers(self) -> None:
         """Stop the workers and close the session: the runner process never outlives the app."""
@@ -494,10 +517,15 @@ class PilotApp(App[int]):
 
     @on(TabbedContent.TabActivated)
     def handle_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """A pane shown draws what changed while it was hidden before the first frame, except live
+        figures (Counters, the Board): those show as last drawn at once and the new ones at the next
+        tick (≤ REDRAW_S), so the key is answered without waiting for tables and curves."""
         pane = event.pane.id or ""
-        if pane in self.dirty:
+        if pane in self.dirty and (pane in self.urgent or pane not in LIVE_PANES):
             self._draw(pane)
+            self.drawn_at[pane] = time.monotonic()
             self.dirty.discard(pane)
+            self.urgent.discard(pane)
 
     # ------------------------------------------------------------------ worker messages
 
@@ -515,6 +543,7 @@ class PilotApp(App[int]):
         if device == "cpu":
             self.gates_pane.set_cpu()
         self.sub_title = f"{self.sub_title.split(' · ')[0]} · {device}"
+        freeze_heap()  # what opening the campaign built lives as long as the app
         if self.autorun:
             self.action_run_all()
 

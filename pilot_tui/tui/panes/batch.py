@@ -17,6 +17,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ...core.rows import PhaseRow
+from ..focus import RestyleSelfOnFocus
 from ..state import fmt_value
 
 TOKEN_STYLES = {
@@ -156,7 +157,7 @@ def render_inspect(row: PhaseRow | None) -> RenderableType:
     return Group(*parts)
 
 
-class BatchPane(VerticalScroll):
+class BatchPane(RestyleSelfOnFocus, VerticalScroll):
     """The inspected batch: tokens coloured by their role in the loss, summary, flags."""
 
     def compose(self) -> ComposeResult:

@@ -19,6 +19,7 @@ from ...analysis import board
 from ...analysis.board import parse_run_name, split_run_id
 from ...core import dimensions
 from ...core.rows import PEAK_KEYS, Memory, RunRow
+from ..focus import RestyleSelfOnFocus
 from ..state import fmt_value
 
 RUN_COLUMNS = ("run", "lr", "seed", "status", "stop", "last loss", "best val")
@@ -174,7 +175,7 @@ class LossPlot(PlotextPlot):
         return self._built[1]
 
 
-class BoardPane(Vertical):
+class BoardPane(RestyleSelfOnFocus, Vertical):
     """LR runs table, their loss curves (train solid, validation marked), and memory variants."""
 
     can_focus = True  # so the tab can hold focus before any run exists

@@ -19,6 +19,7 @@ from textual.widgets import Label, Sparkline, Static
 
 from ...core.rows import RankRow
 from ..cpu import CpuSample
+from ..focus import RestyleSelfOnFocus
 from ..nvml import GpuSample, NvmlSnapshot, campaign_gpus, match_runner
 from ..ranks import rank_table
 from ..state import bar, fmt_mb, fmt_value
@@ -138,7 +139,7 @@ def cpu_table(sample: CpuSample) -> Table:
     return grid
 
 
-class CountersPane(VerticalScroll):
+class CountersPane(RestyleSelfOnFocus, VerticalScroll):
     """NVML view of each GPU (or why there is none) beside the runner's allocator / RSS counters."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

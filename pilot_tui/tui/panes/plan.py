@@ -16,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ...analysis.plan import Plan, PlanFormatError, text_lines
+from ..focus import RestyleSelfOnFocus
 from ..state import fmt_value
 
 NO_PLAN = (
@@ -170,7 +171,7 @@ def render_plan(plan: dict[str, Any] | None) -> RenderableType:
     return Group(*parts)
 
 
-class PlanPane(VerticalScroll):
+class PlanPane(RestyleSelfOnFocus, VerticalScroll):
     """The plan as `pilot-tui plan` prints it (caveats first), the conclusion and the notes."""
 
     def compose(self) -> ComposeResult:
