@@ -55,11 +55,11 @@ def test_a_model_holding_two_adapters_is_said_not_estimable(tiny):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pilot_tui.runner.trainer.estimate import NotEstimable, _rebuilder
+    from pilot_tui.runner.trainer.estimate import NotEstimable, rebuilder
 
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny.model), LoraConfig(r=4))
-    _, what = _rebuilder(model)  # the correct twin: one adapter
+    _, what = rebuilder(model)  # the correct twin: one adapter
     assert "LORA adapter r=4" in what
     model.add_adapter("other", LoraConfig(r=2, target_modules=["v_proj"]))
     with pytest.raises(NotEstimable, match=r"holds 2 adapters \(default, other\)"):
-        _rebuilder(model)
+        rebuilder(model)

@@ -74,7 +74,7 @@ def _peft_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, Any, str] | No
     return model, config, "add_adapter"
 
 
-def _rebuilder(model: torch.nn.Module) -> tuple[Any, str]:
+def rebuilder(model: torch.nn.Module) -> tuple[Any, str]:
     """A function building the model again on the meta device, and what it rebuilt."""
     parts = _peft_parts(model)
     base, peft_config, how = parts if parts is not None else (model, None, "")
@@ -116,7 +116,7 @@ def _rebuilder(model: torch.nn.Module) -> tuple[Any, str]:
 
 def trainer_source(adapter: Any, model: torch.nn.Module) -> ModelSource:
     """What the fake run needs, from the captured trainer (its model is left untouched)."""
-    build, what = _rebuilder(model)
+    build, what = rebuilder(model)
     task = dataclasses.replace(adapter.task, build_model=build, forward=_forward)
     order = {
         split: sorted(range(len(rows)), key=lambda i, s=split: -adapter.length(s, i))
