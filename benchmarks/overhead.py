@@ -121,7 +121,6 @@ class BareLoop:
             for idx in self.sampler.next_update()
         ]
         denom = max(1, sum(self.supervised(b) for b in batches))
-        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         for batch in batches:
             (self.loss_sum(batch) / denom).backward()
@@ -131,6 +130,7 @@ class BareLoop:
         self.scheduler.step()
 
     def run(self, updates: int) -> None:
+        self.model.train()  # once before the loop, as a user writes it (the pilot's only after an eval)
         for _ in range(updates):
             self.update()
 
