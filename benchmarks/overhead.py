@@ -19,9 +19,13 @@ pilot runs the built-in `hf_causal_lm` task, the bare side is a plain transforme
 (`model(input_ids, attention_mask).logits`, the same summed cross-entropy).
 
 All run in this process; the order of the arms rotates every round so drift and the machine's
-other load hit each alike. A second, identical bare loop is the null arm: its ratio to the first
-is the noise floor of this measurement on this machine at this moment. Prints per-update medians
-and the ratios; the target is pilot / bare ≤ 1.02 on CPU, with the noise floor beside it.
+other load hit each alike, and every arm is built anew each round (model, optimizer, data
+position, from the same seed), since where an instance's tensors land in memory moves its update
+by up to 1.5 % for as long as it lives. A second, identical bare loop is the null arm: its ratio
+to the first is the noise floor of this measurement on this machine at this moment. Prints
+per-update medians and the ratios; the target is pilot / bare ≤ 1.02 on CPU, with the noise
+floor beside it. After each round in which a bare arm trained as many updates as the pilot, its
+weights are compared with the pilot's: bit for bit equal, the twin computes what the pilot does.
 
 The pilot times to the campaign's precision (`phases.steady_precision`, at least `--updates`), as
 it does for a user; each bare arm then runs as many updates as the pilot's last round timed.
@@ -178,6 +182,10 @@ def main() -> int:
             overrides["steady_precision"] = 0.0
         count = {"updates": args.updates + 1}  # what the bare arms run: the last pilot round's count
         loops: dict[str, BareLoop] = {}
+        trained: dict[str, int] = {}  # updates each arm trained this round, after its first
+        # Whether a bare arm's weights equal the pilot's, bit for bit, after a round in which both
+        # trained the same updates: the twin then computes exactly what the pilot computes.
+        same: list[bool] = []
 
         def fresh(arm: str) -> None:
             """A new model, optimizer, schedule and data position for one arm, and its first update
@@ -212,6 +220,7 @@ def main() -> int:
             # Every update the phase ran counts, its untimed warm-up update included.
             done = timed + int(row["details"].get("warmup_updates", 0))
             count["updates"] = done
+            trained["pilot"] = done
             cpu_of[id(pilot)].append(cpu / done)
             return elapsed / done
 
@@ -221,6 +230,7 @@ def main() -> int:
             c0, t0 = time.process_time(), time.perf_counter()
             loop.run(n)
             synchronize(device)
+            trained[arm] = n
             cpu_of[id(times)].append((time.process_time() - c0) / n)
             return (time.perf_counter() - t0) / n
 
@@ -241,8 +251,13 @@ def main() -> int:
                 fresh(name)
             for _, times, fn in order:
                 times.append(fn())
+            ours = list(ctx.states["control"].model.parameters())
+            for arm in ("bare", "null"):
+                if trained[arm] == trained["pilot"]:
+                    theirs = list(loops[arm].model.parameters())
+                    same.append(len(ours) == len(theirs) and all(map(torch.equal, ours, theirs)))
             if r < 0:
-                for kept in (pilot, plain, again, stops, *cpu_of.values()):
+                for kept in (pilot, plain, again, stops, same, *cpu_of.values()):
                     kept.clear()
         stop.set()
 
@@ -257,6 +272,10 @@ def main() -> int:
         f"a round ({'fixed' if args.fixed else 'to its precision'}: stopped by {', '.join(sorted(set(stops)))}), "
         f"the bare arms as many as the pilot's last round · load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores"
+    )
+    print(
+        f"  weights: a bare arm equal to the pilot's bit for bit in {sum(same)} of {len(same)} (arm, round) pairs "
+        "that trained the same updates"
     )
     print(f"  pilot steady (execute + probes) : {p * 1e3:8.3f} ms/update (median of rounds)")
     print(f"  bare PyTorch loop               : {b * 1e3:8.3f} ms/update (median of rounds)")
