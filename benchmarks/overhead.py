@@ -19,9 +19,13 @@ pilot runs the built-in `hf_causal_lm` task, the bare side is a plain transforme
 (`model(input_ids, attention_mask).logits`, the same summed cross-entropy).
 
 All run in this process; the order of the arms rotates every round so drift and the machine's
-other load hit each alike. A second, identical bare loop is the null arm: its ratio to the first
-is the noise floor of this measurement on this machine at this moment. Prints per-update medians
-and the ratios; the target is pilot / bare ≤ 1.02 on CPU, with the noise floor beside it.
+other load hit each alike, and every arm is built anew each round (model, optimizer, data
+position, from the same seed), since where an instance's tensors land in memory moves its update
+by up to 1.5 % for as long as it lives. A second, identical bare loop is the null arm: its ratio
+to the first is the noise floor of this measurement on this machine at this moment. Prints
+per-update medians and the ratios; the target is pilot / bare ≤ 1.02 on CPU, with the noise
+floor beside it. After each round in which a bare arm trained as many updates as the pilot, its
+weights are compared with the pilot's: bit for bit equal, the twin computes what the pilot does.
 
 The pilot times to the campaign's precision (`phases.steady_precision`, at least `--updates`), as
 it does for a user; each bare arm then runs as many updates as the pilot's last round timed.
@@ -31,6 +35,7 @@ it does for a user; each bare arm then runs as many updates as the pilot's last 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -121,7 +126,6 @@ class BareLoop:
             for idx in self.sampler.next_update()
         ]
         denom = max(1, sum(self.supervised(b) for b in batches))
-        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         for batch in batches:
             (self.loss_sum(batch) / denom).backward()
@@ -131,6 +135,7 @@ class BareLoop:
         self.scheduler.step()
 
     def run(self, updates: int) -> None:
+        self.model.train()  # once before the loop, as a user writes it (the pilot's only after an eval)
         for _ in range(updates):
             self.update()
 
@@ -171,23 +176,40 @@ def main() -> int:
         threading.Thread(target=_counters, args=(channel, holder, stop), daemon=True).start()
 
         config = ctx.config()
-        bare, null = BareLoop(ctx, config), BareLoop(ctx, config)
-        # Warm all: the first update allocates optimizer state (the pilot's first_step).
-        execute(ctx, Step("first_step", "first_step"), {})
-        bare.run(1)
-        null.run(1)
         steady = Step("steady", "steady")
         overrides = {"steady_updates": args.updates}
         if args.fixed:
             overrides["steady_precision"] = 0.0
         count = {"updates": args.updates + 1}  # what the bare arms run: the last pilot round's count
-        # Every round of every arm starts from the same data position, so all arms train the same
-        # batches (their padded lengths set the cost of an update: a different stretch of the data
-        # order moved the HF arm's backward by 14 %).
-        start = ctx.states["control"].sampler.state_dict()
+        loops: dict[str, BareLoop] = {}
+        trained: dict[str, int] = {}  # updates each arm trained this round, after its first
+        # Whether a bare arm's weights equal the pilot's, bit for bit, after a round in which both
+        # trained the same updates: the twin then computes exactly what the pilot computes.
+        same: list[bool] = []
+
+        def fresh(arm: str) -> None:
+            """A new model, optimizer, schedule and data position for one arm, and its first update
+            (untimed: it allocates the optimizer state; the pilot's is its own first_step).
+
+            Every round builds every arm anew, in the round's order. Two identical bare loops built
+            once differ by up to 1.5 % per update for the whole run (where their tensors landed in
+            memory, measured on the demo: five loops built in a row ran 0.986-1.0x the first), so a
+            comparison of arms built once says which instance was lucky. Fresh each round, that
+            luck is drawn again every round and the median over rounds sees through it. From the same
+            seed every arm starts from the same weights and the same data position: all arms train
+            the same batches (their padded lengths set an update's cost: another stretch of the data
+            order moved the HF arm's backward by 14 %).
+            """
+            if arm == "pilot":
+                ctx.states.pop("control", None)
+                row = execute(ctx, Step("first_step", "first_step"), {})
+                if row["verdict"] == "fail":
+                    raise SystemExit(f"the pilot's first_step failed: {row['reason']}")
+            else:
+                loops[arm] = BareLoop(ctx, config)
+                loops[arm].run(1)
 
         def pilot_round() -> float:
-            ctx.states["control"].sampler.load_state_dict(start)
             c0, t0 = time.process_time(), time.perf_counter()
             row = execute(ctx, steady, overrides)
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -198,16 +220,17 @@ def main() -> int:
             # Every update the phase ran counts, its untimed warm-up update included.
             done = timed + int(row["details"].get("warmup_updates", 0))
             count["updates"] = done
+            trained["pilot"] = done
             cpu_of[id(pilot)].append(cpu / done)
             return elapsed / done
 
-        def bare_round(loop: BareLoop, times: list[float]) -> float:
-            n = count["updates"]
-            loop.sampler.load_state_dict(start)
+        def bare_round(arm: str, times: list[float]) -> float:
+            n, loop = count["updates"], loops[arm]
             synchronize(device)
             c0, t0 = time.process_time(), time.perf_counter()
             loop.run(n)
             synchronize(device)
+            trained[arm] = n
             cpu_of[id(times)].append((time.process_time() - c0) / n)
             return (time.perf_counter() - t0) / n
 
@@ -216,17 +239,26 @@ def main() -> int:
         # what each arm costs whatever else the machine runs, beside the wall time it took.
         cpu_of: dict[int, list[float]] = {id(pilot): [], id(plain): [], id(again): []}
         arms = [
-            (pilot, pilot_round),
-            (plain, lambda: bare_round(bare, plain)),
-            (again, lambda: bare_round(null, again)),
+            ("pilot", pilot, pilot_round),
+            ("bare", plain, lambda: bare_round("bare", plain)),
+            ("null", again, lambda: bare_round("null", again)),
         ]
-        for _, fn in arms:
-            fn()  # one more warm-up round each: allocator and caches settle
-        for cpu in cpu_of.values():
-            cpu.clear()
-        for r in range(args.rounds):
-            for times, fn in arms[r % 3 :] + arms[: r % 3]:  # no arm always runs first
+        for r in range(-1, args.rounds):  # round -1 warms up: allocator and caches settle
+            order = arms[r % 3 :] + arms[: r % 3]  # no arm always runs (or is built) first
+            loops.clear()
+            gc.collect()  # the last round's instances go before the new ones are built
+            for name, _, _ in order:
+                fresh(name)
+            for _, times, fn in order:
                 times.append(fn())
+            ours = list(ctx.states["control"].model.parameters())
+            for arm in ("bare", "null"):
+                if trained[arm] == trained["pilot"]:
+                    theirs = list(loops[arm].model.parameters())
+                    same.append(len(ours) == len(theirs) and all(map(torch.equal, ours, theirs)))
+            if r < 0:
+                for kept in (pilot, plain, again, stops, same, *cpu_of.values()):
+                    kept.clear()
         stop.set()
 
     p, b, n = statistics.median(pilot), statistics.median(plain), statistics.median(again)
@@ -236,10 +268,14 @@ def main() -> int:
         f"{config.max_length} · {config.precision} · threads {torch.get_num_threads()}"
     )
     print(
-        f"{args.rounds} rounds, order rotated every round; the pilot timed at least {args.updates} updates "
+        f"{args.rounds} rounds, every arm built anew each round, order rotated every round; the pilot timed at least {args.updates} updates "
         f"a round ({'fixed' if args.fixed else 'to its precision'}: stopped by {', '.join(sorted(set(stops)))}), "
         f"the bare arms as many as the pilot's last round · load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores"
+    )
+    print(
+        f"  weights: a bare arm equal to the pilot's bit for bit in {sum(same)} of {len(same)} (arm, round) pairs "
+        "that trained the same updates"
     )
     print(f"  pilot steady (execute + probes) : {p * 1e3:8.3f} ms/update (median of rounds)")
     print(f"  bare PyTorch loop               : {b * 1e3:8.3f} ms/update (median of rounds)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -34,12 +35,15 @@ def check_logits(task: Task, logits: torch.Tensor, labels: torch.Tensor) -> None
     if not isinstance(logits, torch.Tensor):
         raise ValueError(f"{forward_name(task)} returned {type(logits).__name__}, not a logits tensor")
     if task.kind == CAUSAL_LM:
-        want = f"[{', '.join(map(str, labels.shape))}, vocab]"
-        ok = logits.dim() == 3 and tuple(logits.shape[:2]) == tuple(labels.shape)
+        ok = logits.dim() == 3 and logits.shape[:2] == labels.shape
     else:
-        want = f"[{labels.shape[0]}, classes]"
         ok = logits.dim() in (1, 2) and logits.shape[0] == labels.shape[0]  # [B] for a one-logit binary
-    if not ok:
+    if not ok:  # every microbatch passes here: the message is built only when it is needed
+        want = (
+            f"[{', '.join(map(str, labels.shape))}, vocab]"
+            if task.kind == CAUSAL_LM
+            else f"[{labels.shape[0]}, classes]"
+        )
         raise ValueError(
             f"{forward_name(task)} returned logits of shape {list(logits.shape)} for labels of shape "
             f"{list(labels.shape)}: expected {want} (one row of logits per label position)"
@@ -65,7 +69,27 @@ def supervised_targets(task: Task, batch: Batch) -> torch.Tensor:
 
 def supervised_count(task: Task, batch: Batch) -> int:
     """Targets that count in the loss; the update divides by their sum over all microbatches (R9)."""
-    return int(supervised_targets(task, batch))
+    labels = on_host(batch["labels"])
+    if labels is None:
+        return int(supervised_targets(task, batch))
+    if task.kind == CAUSAL_LM:
+        labels = labels[:, 1:]
+    return int(np.count_nonzero(labels != task.ignore_index))
+
+
+def on_host(t: torch.Tensor) -> np.ndarray | None:
+    """A host tensor's memory as a numpy array (no copy), or None for one on a device.
+
+    The update counts its targets and tokens on the host batches before their copy; on arrays
+    that small torch's dispatch costs more than the count itself (three ops and a read-back per
+    microbatch), numpy's a fraction of it.
+    """
+    if t.device.type != "cpu" or t.requires_grad:
+        return None
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16, float8, ...)
+        return None
 
 
 def loss_sum(task: Task, logits: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..core import dimensions
@@ -69,9 +70,13 @@ class TrainConfig:
         return cls(**(kept | {"notes": tuple(raw.get("notes", ())), "extra": extra}))
 
 
+# One reusable no-op context: fp32 and a single process enter it every microbatch.
+_NO_CONTEXT = contextlib.nullcontext()
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
     if precision == "fp32":
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
@@ -108,7 +113,8 @@ def lr_lambda(warmup: int, schedule: str, total: int):
 
 @dataclass
 class UpdateStats:
-    """One optimizer update. Loss and grad norm stay tensors: reading them syncs the device."""
+    """One optimizer update. Loss and grad norm are 0-d tensors: on a GPU reading them syncs the
+    device, so the loop reads them only where it must."""
 
     loss: torch.Tensor
     grad_norm: torch.Tensor
@@ -182,6 +188,15 @@ def collate(task: Task, examples: Sequence[Example], max_length: int, device: to
     return to_device(task.collate(examples, max_length), device)
 
 
+def _tokens(batch: Batch) -> int:
+    """The attended positions of a batch (its examples, without a mask)."""
+    if "attention_mask" not in batch:
+        return len(batch["labels"])
+    mask = batch["attention_mask"]
+    host = objective.on_host(mask)
+    return int(np.count_nonzero(host)) if host is not None else int(mask.count_nonzero())
+
+
 def train_update(
     state: TrainState,
     task: Task,
@@ -205,44 +220,74 @@ def train_update(
     # twice per microbatch, every update.
     local = sum(objective.supervised_count(task, b) for b in host)
     total = dist_state.sum_int(local)
-    tokens = sum(int(b["attention_mask"].sum()) if "attention_mask" in b else len(b["labels"]) for b in host)
+    tokens = sum(_tokens(b) for b in host)
     batches = [to_device(b, device) for b in host]
     del host
     denom = max(total, 1)  # an update with no supervised target contributes no gradient
     # DDP and FSDP average gradients over ranks; the loss wants their sum over the global update.
     ranks = dist_state.world()
-    state.model.train()
+    scaler = state.scaler if state.scaler.is_enabled() else None
+    if not state.model.training:  # train() walks every module: only after an evaluation set eval
+        state.model.train()
     state.optimizer.zero_grad(set_to_none=True)
-    loss_total = torch.zeros((), device=device)
+    # On a CPU the loss is read where it is made, a Python float per microbatch: there is no
+    # device to wait for, and no tensor numerator is kept alive through every backward. On a GPU
+    # reading it would sync the device every microbatch: there the numerator stays on the device.
+    read_here = device.type == "cpu" and ranks == 1
+    numerator = 0.0
+    loss_total: torch.Tensor | None = None
     shapes = []
+    last = len(batches) - 1
     for i, batch in enumerate(batches):
         shapes.append(list(next(iter(batch.values())).shape))
-        with dist_state.gradient_sync(state.model, last=i == len(batches) - 1):
+        # Outside torchrun there is nothing to hold back: no context built per microbatch.
+        sync = dist_state.gradient_sync(state.model, last=i == last) if ranks > 1 else _NO_CONTEXT
+        with sync:
             with autocast(device, cfg.precision):
-                logits = objective.forward(task, state.model, batch)
-                part = objective.loss_sum(task, logits, batch)
-            state.scaler.scale(part * ranks / denom if ranks > 1 else part / denom).backward()
-        loss_total += part.detach().float()
-    loss_total = dist_state.sum_tensor(loss_total)
-    state.scaler.unscale_(state.optimizer)
+                part = objective.loss_sum(task, objective.forward(task, state.model, batch), batch)
+            kept = part.detach().float()
+            if read_here:
+                numerator += kept.item()
+            else:  # the first part starts the sum (0 + a is a, bit for bit): no zeros tensor
+                loss_total = kept if loss_total is None else loss_total + kept
+            # No name is left on the graph: the logits and the graph's tensors are freed as the
+            # backward consumes them, as in a plain loop, not held into the next forward.
+            scaled = part * ranks / denom if ranks > 1 else part / denom
+            del part, kept
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            del scaled
+    if read_here:
+        loss = torch.tensor(numerator / denom, dtype=torch.float32)
+    else:
+        summed = dist_state.sum_tensor(
+            loss_total if loss_total is not None else torch.zeros((), device=device)
+        )
+        loss = summed / denom
+    if scaler is not None:
+        scaler.unscale_(state.optimizer)
     # clip_grad_norm_ skips parameters without a gradient itself: no list of them built per update.
     grad_norm = torch.nn.utils.clip_grad_norm_(
         state.model.parameters(), grad_clip if grad_clip > 0 else float("inf")
     )
     grad_norm = dist_state.full_norm(grad_norm)
-    # fp16: a step skipped for inf/NaN gradients lowers the scale and must not advance the
-    # schedule. Reading the scale syncs the device, so only the fp16 path pays for it.
-    scale_before = state.scaler.get_scale() if state.scaler.is_enabled() else None
-    state.scaler.step(state.optimizer)
-    state.scaler.update()
-    skipped = scale_before is not None and state.scaler.get_scale() < scale_before
+    skipped = False
+    if scaler is not None:
+        # fp16: a step skipped for inf/NaN gradients lowers the scale and must not advance the
+        # schedule. Reading the scale syncs the device, so only the fp16 path pays for it.
+        scale_before = scaler.get_scale()
+        scaler.step(state.optimizer)
+        scaler.update()
+        skipped = scaler.get_scale() < scale_before
+    else:
+        state.optimizer.step()
     if not skipped:
         state.scheduler.step()
     state.step += 1
     dist_state.tick()
     return UpdateStats(
-        loss=loss_total / denom,
-        grad_norm=grad_norm.detach(),
+        loss=loss,
+        # clip_grad_norm_ runs under no_grad: its norm has no graph, unless a wrapper gave it one.
+        grad_norm=grad_norm.detach() if grad_norm.requires_grad else grad_norm,
         supervised=total,
         examples=sum(len(m) for m in micro),
         tokens=tokens,

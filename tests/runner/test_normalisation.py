@@ -149,3 +149,39 @@ def test_tiny_gpt_refuses_a_sequence_longer_than_its_positions() -> None:
     assert model(torch.zeros((1, 6), dtype=torch.long)).shape == (1, 6, 16)
     with pytest.raises(ValueError, match="sequence length 7 is over the model's 6 positions"):
         model(torch.zeros((1, 7), dtype=torch.long))
+
+
+def test_the_update_reports_its_loss_and_counts_as_a_plain_loop_computes_them(task) -> None:
+    """The update's loss, targets and tokens, read on the host without a tensor per microbatch,
+    are what torch computes for the same batches: the sum of the microbatch losses over the
+    update's supervised targets, the targets past the shift, the attended positions."""
+    chosen = _variable_length_examples(task)
+    micro = [chosen[i : i + 4] for i in range(0, 16, 4)]
+    reference = _state(task, 4, 4)
+    reference.model.train()
+    batches = [collate(task, [task.examples[i] for i in idx], 28, CPU) for idx in micro]
+    targets = sum(int((b["labels"][:, 1:] != task.ignore_index).sum()) for b in batches)
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    with torch.no_grad():
+        summed = sum(
+            float(objective.loss_sum(task, objective.forward(task, reference.model, b), b)) for b in batches
+        )
+    stats = train_update(_state(task, 4, 4), task, CPU, 1.0, micro)
+    assert (stats.supervised, stats.tokens) == (targets, tokens)
+    assert stats.loss.dtype == torch.float32 and stats.loss.dim() == 0
+    assert float(stats.loss) == pytest.approx(summed / targets, rel=1e-6)
+    # A dtype numpy has no view of is counted by torch instead, to the same figure.
+    halves = {**batches[0], "labels": batches[0]["labels"].to(torch.bfloat16)}
+    assert objective.on_host(halves["labels"]) is None
+    assert objective.supervised_count(task, halves) == objective.supervised_count(task, batches[0])
+
+
+def test_an_update_after_an_evaluation_trains_in_training_mode(task) -> None:
+    """`train()` walks every module, so the update calls it only when the model is not in training
+    mode: after an evaluation it must still come back, dropout and all."""
+    state = _state(task, 4, 1)
+    train_update(state, task, CPU, 1.0)
+    assert all(m.training for m in state.model.modules())
+    state.model.eval()  # what an evaluation leaves behind
+    train_update(state, task, CPU, 1.0)
+    assert all(m.training for m in state.model.modules())

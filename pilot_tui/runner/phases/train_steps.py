@@ -248,7 +248,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         ),
     )
     taken = state.step  # updates already taken: a failure is named by the campaign's update number
-    losses, examples, tokens = [], 0, 0
+    losses: list[Any] = []
+    examples, tokens = 0, 0
     skips: list[bool] = []
     cuda = ctx.device.type == "cuda"
     # CUDA runs asynchronously: a host clock around one update times its launch, not its kernels;
@@ -269,7 +270,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
             stats = _update(ctx, run, state, micro, host)
             now = clock.mark()
             n += 1
-            losses.append(stats.loss)
+            # On a CPU the float now (it is already on the host): no tensor per update kept
+            # alive through the ones that follow; on a GPU reading it would sync the device.
+            losses.append(stats.loss if cuda else float(stats.loss))
             skips.append(stats.skipped)
             examples += stats.examples
             tokens += stats.tokens
@@ -291,7 +294,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     times = clock.times()
     interval = mean_interval(times)
     timed = interval.mean_s * n  # the timed loop's total: throughput and shares divide the same figure
-    values = torch.stack(losses).tolist()  # one copy to the host, not one per update
+    values = torch.stack(losses).tolist() if cuda else losses  # one copy to the host, not one per update
     ordered = sorted(times)
     details = {
         "updates": n,
