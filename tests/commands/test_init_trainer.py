@@ -245,12 +245,14 @@ def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(
         "out",
     )
     assert rc == 0
-    # As written but for the estimate, which rebuilds the model under fake tensors (seconds on a
-    # loaded CPU): test_plain_trainer's campaign runs it on this script and model.
+    # As written but for the estimate (fake tensors: seconds on a loaded CPU), the resume and the
+    # final reload (each a new process): test_plain_trainer's campaign runs them on this script
+    # and model.
     written = tmp_path / "c" / "campaign.toml"
     text = written.read_text()
     assert text.count("\n[phases]\n") == 1 and "skip" not in tomllib.loads(text)["phases"]
-    written.write_text(text.replace("\n[phases]\n", '\n[phases]\nskip = ["estimate"]\n'))
+    skipped = '\n[phases]\nskip = ["estimate", "resume", "final"]\n'
+    written.write_text(text.replace("\n[phases]\n", skipped))
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(
         [sys.executable, "-m", "pilot_tui", "run", "c/campaign.toml", "--headless"],
@@ -264,7 +266,7 @@ def test_the_written_campaign_runs_every_gate_of_a_plain_trainer_script(
     record = next((tmp_path / "c" / "records").glob("*.toml"))
     rows = tomllib.loads(record.read_text())["phases"]
     assert {r["verdict"] for r in rows} == {"pass"}, proc.stdout
-    assert "estimate" not in {r["name"] for r in rows}
+    assert not {"estimate", "resume", "final"} & {r["name"] for r in rows}
     ran = {(r["name"], r["variant"]) for r in rows}
     assert {("first_step", "mb1"), ("steady", "ckpt")} <= ran  # the variants init wrote ran
     assert assets.model.is_dir()
