@@ -277,10 +277,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
         state = _train(ctx, run, plan, row, live)
     except BaseException as exc:
         # The run keeps its row whatever happened, then the phase row says why (R14).
-        cancelled = isinstance(exc, Cancelled)
-        row["status"] = "cancelled" if cancelled else "failed"
-        row["reason"] = CANCELLED_BY_USER if cancelled else exception_line(exc)
-        finish_run(ctx, row, t0, live)
+        finish_failed_run(ctx, row, t0, live, exc)
         raise
     try:
         row["predictions"] = predictions(ctx, state, plan.run_id)
@@ -387,6 +384,16 @@ def _train(ctx: RunContext, run: PhaseRun, plan: RunPlan, row: dict[str, Any], l
         row["best_validation"], row["best_validation_update"] = best
     row["reason"] += f"; final validation {row['final_validation']:.4g}"
     return state
+
+
+def finish_failed_run(
+    ctx: RunContext, row: dict[str, Any], t0: float, live: LiveRun, exc: BaseException
+) -> None:
+    """Close a run that a cancel or an error ended: its row says which, and why."""
+    cancelled = isinstance(exc, Cancelled)
+    row["status"] = "cancelled" if cancelled else "failed"
+    row["reason"] = CANCELLED_BY_USER if cancelled else exception_line(exc)
+    finish_run(ctx, row, t0, live)
 
 
 def finish_run(ctx: RunContext, row: dict[str, Any], t0: float, live: LiveRun) -> None:

@@ -123,17 +123,24 @@ def seq2seq_view(row: Mapping[str, torch.Tensor], start_id: int, pad_id: int) ->
     }
 
 
+def completion_labels(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """A label-less batch's labels as its loss scores it: each input id where `completion_mask`
+    (and the attention mask) say so, -100 elsewhere."""
+    ids, mask = batch["input_ids"], batch.get("attention_mask")
+    scored = batch["completion_mask"].bool()
+    if mask is not None:
+        scored &= mask.bool()
+    return ids.masked_fill(~scored, IGNORE)
+
+
 def masked_view(row: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A batch without labels whose loss reads a `completion_mask` (TRL's preference trainers):
     its first sequence (the chosen one), labelled where the mask scores it. The loss of those
     trainers reads the completion tokens' log-probabilities through the same causal shift."""
-    ids = row["input_ids"][:1]
-    mask = row.get("attention_mask")
-    real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask[:1].bool()
-    scored = row["completion_mask"][:1].bool() & real
-    out = {"input_ids": ids, "labels": ids.masked_fill(~scored, IGNORE)}
-    if mask is not None:
-        out["attention_mask"] = mask[:1]
+    first = {k: v[:1] for k, v in row.items() if k in ("input_ids", "attention_mask", "completion_mask")}
+    out = {"input_ids": first["input_ids"], "labels": completion_labels(first)}
+    if "attention_mask" in first:
+        out["attention_mask"] = first["attention_mask"]
     return out
 
 

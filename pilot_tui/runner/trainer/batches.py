@@ -13,7 +13,7 @@ import torch
 
 from ...analysis.checks import Check
 from ...core.verdict import PASS, WARN
-from .adapter import masked_view, seq2seq_view, stack
+from .adapter import stack
 
 IGNORE = -100
 # A padding-free batch is one long row: the pane shows its head.
@@ -79,14 +79,11 @@ def _render(tokens: list[dict[str, Any]]) -> str:
 
 
 def _as_views(adapter: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A batch as the rows' views the checks read (`adapter.view`), right-padded into one: an
-    encoder-decoder's causal views, or each sequence of a label-less batch scored by its
-    completion mask."""
+    """A batch as its rows' views (`adapter.view`: an encoder-decoder's causal view, a label-less
+    sequence scored by its completion mask), each row alone, right-padded into one batch."""
     keys = [k for k in ("input_ids", "attention_mask", "labels", "completion_mask") if k in batch]
     rows = [{k: batch[k][r : r + 1] for k in keys} for r in range(batch["input_ids"].shape[0])]
-    if "labels" not in batch:
-        return stack([masked_view(row) for row in rows], adapter.pad_id)
-    return stack([seq2seq_view(row, adapter.start_id, adapter.pad_id) for row in rows], adapter.pad_id)
+    return stack([adapter.view(row) for row in rows], adapter.pad_id)
 
 
 def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:

@@ -17,11 +17,18 @@ import transformers
 from transformers import TrainerCallback
 
 from ...analysis.board import best_validation
-from ...core.reasons import exception_line
-from ...core.verdict import CANCELLED_BY_USER
-from ..context import Cancelled, RunContext
+from ..context import RunContext
 from ..phases.base import Outcome, PhaseRun
-from ..phases.lr_run import FIRST_BATCHES, VERDICTS, LiveRun, finish_run, plan_run, run_row, stop_cause
+from ..phases.lr_run import (
+    FIRST_BATCHES,
+    VERDICTS,
+    LiveRun,
+    finish_failed_run,
+    finish_run,
+    plan_run,
+    run_row,
+    stop_cause,
+)
 from . import loop
 from .probe import parameter_digest
 from .registry import adapter_of, body, from_start, trainer_of
@@ -156,10 +163,7 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
             finally:
                 trainer.remove_callback(probe)
     except BaseException as exc:
-        cancelled = isinstance(exc, Cancelled)
-        row["status"] = "cancelled" if cancelled else "failed"
-        row["reason"] = CANCELLED_BY_USER if cancelled else exception_line(exc)
-        finish_run(ctx, row, t0, live)
+        finish_failed_run(ctx, row, t0, live, exc)
         raise
     finally:
         a.learning_rate, a.seed = saved

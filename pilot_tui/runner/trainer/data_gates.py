@@ -17,6 +17,7 @@ from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.inspect import with_task_checks
 from ..phases.load import tensor_mb
 from . import loop
+from .adapter import completion_labels
 from .batches import loader_view
 from .ranks import require_agreement
 from .registry import INITIAL, adapter_of, body, trainer_of
@@ -242,10 +243,9 @@ def _recovered(model: torch.nn.Module, trainer: Any, batch: dict[str, Any]) -> f
         if "completion_mask" not in inputs:
             return None
         # A preference batch: every sequence, scored where its completion mask is.
-        ids, real = inputs["input_ids"], inputs.get("attention_mask")
-        scored = inputs["completion_mask"].bool() & (real.bool() if real is not None else True)
+        labels = completion_labels(inputs)
         inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask")}
-        inputs["labels"] = ids.masked_fill(~scored, -100)
+        inputs["labels"] = labels
     model.eval()
     with torch.no_grad():
         # An encoder-decoder builds its decoder inputs from the labels (shifted right): they stay.
