@@ -83,3 +83,18 @@ def test_pane(snap_compare, replay_app, pane: str, size: tuple[int, int]) -> Non
 def test_mid_run(snap_compare, replay_app, pane: str, size: tuple[int, int]) -> None:
     app = replay_app()
     assert snap_compare(app, terminal_size=size, run_before=stopped_mid_run(app, PANES[pane]))
+
+
+async def test_the_curves_follow_the_plot_width(replay_app) -> None:
+    """Curves are downsampled to the plot's width: a resized terminal builds them again, so a
+    frame never shows curves cut for another width (a scrollbar coming or going changes it too)."""
+    app = replay_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed_to_the_end(app, "4")(pilot)
+        board = app.board_pane
+        wide = board.plotted_width
+        assert wide is not None and wide > 60
+        await pilot.resize_terminal(90, 40)
+        await wait_for(pilot, lambda: board.plotted_width not in (None, wide), "the curves rebuilt")
+        await wait_for(pilot, lambda: not board.plot_pending, "the new curves drawn")
+        assert board.plotted_width == max(board.query_one("#loss-plot").size.width - 8, 10) < wide

@@ -168,6 +168,12 @@ class LossPlot(PlotextPlot):
 
     version = 0
 
+    def on_resize(self) -> None:
+        # The curves were downsampled to the old width (a scrollbar that came or went, the pane
+        # first shown, a resized terminal): the Board builds them again from the same runs.
+        if isinstance(self.parent, BoardPane):
+            self.parent.plot_resized()
+
     def render(self) -> RenderResult:
         key = (self.version, self.size, self.app.theme)
         if getattr(self, "_built", None) is None or self._built[0] != key:
@@ -194,6 +200,9 @@ class BoardPane(RestyleSelfOnFocus, Vertical):
         self._signature: tuple[Any, ...] = ()
         self._plotted_at = 0.0
         self._pending: list[RunRow] | None = None
+        # What the curves were last built from, and at which plot width: curves built while the
+        # pane was hidden (no width) are built again once it has one.
+        self._plotted: tuple[list[RunRow], int] | None = None
         self._decision: Any = None
         self._variants: Any = None
         self._cells: dict[str, tuple[Any, ...]] = {}
@@ -253,6 +262,19 @@ class BoardPane(RestyleSelfOnFocus, Vertical):
         self._pending = runs
 
     @property
+    def plotted_width(self) -> int | None:
+        """The width the curves shown were downsampled to (None before the first plot)."""
+        return self._plotted[1] if self._plotted is not None else None
+
+    def plot_resized(self) -> None:
+        """Curves are downsampled to the plot's width: a new width builds them again."""
+        if self._plotted is not None and self._plotted[1] != self._plot_width():
+            self._plot_soon(self._plotted[0])
+
+    def _plot_width(self) -> int:
+        return max(self.query_one(PlotextPlot).size.width - 8, 10)
+
+    @property
     def plot_pending(self) -> bool:
         """Curves asked for and not drawn yet (they come a frame after the table)."""
         return self._pending is not None
@@ -265,7 +287,8 @@ class BoardPane(RestyleSelfOnFocus, Vertical):
     def _plot(self, runs: list[RunRow]) -> None:
         self._plotted_at = time.monotonic()
         widget = self.query_one(PlotextPlot)
-        width = max(widget.size.width - 8, 10)
+        width = self._plot_width()
+        self._plotted = (runs, width)
         plt = widget.plt
         plt.clear_data()
         last = 1
