@@ -153,5 +153,11 @@ async def test_a_cancel_while_a_dead_runner_restarts_still_stops_the_step(
         second = app.source.runner_pid
         assert second not in (None, first)
         await pilot.press("q")
+        # Quit asks while the runner still finishes the cancel (a slow machine): the answer is yes.
+        await wait_for(
+            pilot, lambda: not app.is_running or isinstance(app.screen, ConfirmScreen), "quit or its question"
+        )
+        if app.is_running:
+            await pilot.press("y")
         await wait_for(pilot, lambda: not app.is_running, "the app to exit")
     assert gone(second)
