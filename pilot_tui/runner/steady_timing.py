@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -162,7 +163,12 @@ def runqueue_clock() -> tuple[float, float] | None:
     None where the kernel does not expose it. The waiting share of a timed loop is the load it ran
     under, measured rather than inferred from the load average."""
     try:
-        running, waiting, _ = _SCHEDSTAT.read_text().split()
+        # One raw open and read: a third of what Path.read_text costs through io's layers.
+        fd = os.open(_SCHEDSTAT, os.O_RDONLY)
+        try:
+            running, waiting, _ = os.read(fd, 256).split()
+        finally:
+            os.close(fd)
         return int(running) / 1e9, int(waiting) / 1e9
     except (OSError, ValueError):
         return None

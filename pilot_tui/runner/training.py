@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..core import dimensions
@@ -192,9 +191,7 @@ def _tokens(batch: Batch) -> int:
     """The attended positions of a batch (its examples, without a mask)."""
     if "attention_mask" not in batch:
         return len(batch["labels"])
-    mask = batch["attention_mask"]
-    host = objective.on_host(mask)
-    return int(np.count_nonzero(host)) if host is not None else int(mask.count_nonzero())
+    return int(batch["attention_mask"].count_nonzero())
 
 
 def train_update(
@@ -245,15 +242,16 @@ def train_update(
         with sync:
             with autocast(device, cfg.precision):
                 part = objective.loss_sum(task, objective.forward(task, state.model, batch), batch)
-            kept = part.detach().float()
-            if read_here:
-                numerator += kept.item()
+            if read_here:  # item() reads any dtype as a Python float: no detached tensor made
+                numerator += part.item()
             else:  # the first part starts the sum (0 + a is a, bit for bit): no zeros tensor
+                kept = part.detach().float()
                 loss_total = kept if loss_total is None else loss_total + kept
+                del kept
             # No name is left on the graph: the logits and the graph's tensors are freed as the
             # backward consumes them, as in a plain loop, not held into the next forward.
             scaled = part * ranks / denom if ranks > 1 else part / denom
-            del part, kept
+            del part
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             del scaled
     if read_here:
