@@ -1,6 +1,6 @@
 """Steady-phase overhead: the pilot's real steady path against a bare PyTorch loop.
 
-    .venv/bin/python benchmarks/overhead.py [--campaign campaigns/demo.toml] [--updates 20] [--rounds 10]
+    .venv/bin/python benchmarks/overhead.py [--campaign campaigns/demo.toml] [--updates 20] [--rounds 24]
     .venv/bin/python benchmarks/overhead.py --hf      # the built-in hf_causal_lm task (needs the [hf] extra)
 
 Pilot side: the runner's own `execute()` of the `steady` step — `train_update` per update, the
@@ -18,14 +18,24 @@ tokenizer trained on the spot on generated chats (tests/hf/build.py, nothing fro
 pilot runs the built-in `hf_causal_lm` task, the bare side is a plain transformers loop
 (`model(input_ids, attention_mask).logits`, the same summed cross-entropy).
 
-All run in this process; the order of the arms rotates every round so drift and the machine's
-other load hit each alike, and every arm is built anew each round (model, optimizer, data
-position, from the same seed), since where an instance's tensors land in memory moves its update
-by up to 1.5 % for as long as it lives. A second, identical bare loop is the null arm: its ratio
-to the first is the noise floor of this measurement on this machine at this moment. Prints
-per-update medians and the ratios; the target is pilot / bare ≤ 1.02 on CPU, with the noise
-floor beside it. After each round in which a bare arm trained as many updates as the pilot, its
-weights are compared with the pilot's: bit for bit equal, the twin computes what the pilot does.
+All run in this process. Every round builds the pilot's instance anew (model, optimizer, data
+position, from the same seed: its `first_step`), and the two bare arms replay exactly the
+batches of the pilot's round on that same instance (`BareLoop.sharing`): where an instance's
+tensors land in memory moves its update by up to 1.5 % for as long as it lives, so arms on
+instances of their own compare their luck as much as their code; on one instance only the code
+that runs differs. The order of the three arms cycles through all six orders, so each runs
+first, and after each other arm, equally often (an arm run after the pilot's phase starts
+colder than one run after a bare loop). The second bare arm is the null arm: its ratio to the
+first is the noise floor of this measurement on this machine at this moment.
+
+The verdict is the median over rounds of the paired ratio, each round's pilot against the same
+round's bare arm: the machine's speed drifts by more than the target between rounds (12.4-15.8
+ms per demo update on the shared 2-core VM, minutes apart), and a ratio within a round cancels
+that. The pilot's side is its whole phase per update, warm-up update and fixed work included;
+beside it the ratio of the pilot's own timed loop (the step time steady reports, which the plan
+multiplies) to the bare loop. The warm-up round builds every arm apart instead and compares
+their weights after it: bit for bit equal, the twin computes what the pilot does. `--separate`
+builds every arm apart in every round (the comparison of earlier rounds).
 
 The pilot times to the campaign's precision (`phases.steady_precision`, at least `--updates`), as
 it does for a user; each bare arm then runs as many updates as the pilot's last round timed.
@@ -35,7 +45,9 @@ it does for a user; each bare arm then runs as many updates as the pilot's last 
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
+import itertools
 import os
 import statistics
 import sys
@@ -94,6 +106,18 @@ class BareLoop:
             drop_last=spec.batch.drop_last,
         )
 
+    @classmethod
+    def sharing(cls, ctx: RunContext, config: TrainConfig, state, sampler: UpdateSampler) -> BareLoop:
+        """The bare loop's code on the pilot's own instance: its model, optimizer and schedule, and
+        a copy of `sampler` (the pilot's data position before the round), so it replays exactly
+        the batches the pilot's round trains on. Only the code that runs differs."""
+        loop = cls.__new__(cls)
+        loop.task, loop.device, loop.config = ctx.task, ctx.device, config
+        loop.grad_clip = ctx.spec.optim.grad_clip
+        loop.model, loop.optimizer, loop.scheduler = state.model, state.optimizer, state.scheduler
+        loop.sampler = copy.copy(sampler)
+        return loop
+
     def loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         task: Task = self.task
         if task.kind == CAUSAL_LM:
@@ -146,9 +170,19 @@ def main() -> int:
     parser.add_argument(
         "--updates", type=int, default=20, help="updates per round (the demo's steady_updates)"
     )
-    parser.add_argument("--rounds", type=int, default=10, help="rounds per side, interleaved")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=24,
+        help="rounds, each all three arms (a multiple of 6: every order alike)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     parser.add_argument("--hf", action="store_true", help="the hf_causal_lm task on a tiny local Llama")
+    parser.add_argument(
+        "--separate",
+        action="store_true",
+        help="every arm its own instance every round (default: the bare arms replay the pilot's round on its instance)",
+    )
     parser.add_argument(
         "--fixed",
         action="store_true",
@@ -185,29 +219,34 @@ def main() -> int:
         trained: dict[str, int] = {}  # updates each arm trained this round, after its first
         # Whether a bare arm's weights equal the pilot's, bit for bit, after a round in which both
         # trained the same updates: the twin then computes exactly what the pilot computes.
-        same: list[bool] = []
+        verified: list[bool] = []
 
-        def fresh(arm: str) -> None:
-            """A new model, optimizer, schedule and data position for one arm, and its first update
-            (untimed: it allocates the optimizer state; the pilot's is its own first_step).
+        start: dict[str, UpdateSampler] = {}  # the pilot's data position at the start of the round
 
-            Every round builds every arm anew, in the round's order. Two identical bare loops built
-            once differ by up to 1.5 % per update for the whole run (where their tensors landed in
-            memory, measured on the demo: five loops built in a row ran 0.986-1.0x the first), so a
-            comparison of arms built once says which instance was lucky. Fresh each round, that
-            luck is drawn again every round and the median over rounds sees through it. From the same
-            seed every arm starts from the same weights and the same data position: all arms train
-            the same batches (their padded lengths set an update's cost: another stretch of the data
-            order moved the HF arm's backward by 14 %).
+        def fresh(arm: str, separate: bool) -> None:
+            """A round's instance for one arm. The pilot's is new every round: a new model,
+            optimizer, schedule and data position, and its first update (its own first_step,
+            untimed: it allocates the optimizer state). A bare arm either shares it, replaying the
+            round's batches from the pilot's data position at the round's start, or (`separate`)
+            builds its own from the same seed and takes its own untimed first update.
+
+            Fresh each round, an instance's layout luck is drawn again every round and the median
+            over rounds sees through it. From the same seed every instance starts from the same
+            weights and the same data position: all arms train the same batches (their padded
+            lengths set an update's cost: another stretch of the data order moved the HF arm's
+            backward by 14 %).
             """
             if arm == "pilot":
                 ctx.states.pop("control", None)
                 row = execute(ctx, Step("first_step", "first_step"), {})
                 if row["verdict"] == "fail":
                     raise SystemExit(f"the pilot's first_step failed: {row['reason']}")
-            else:
+                start["sampler"] = copy.copy(ctx.states["control"].sampler)
+            elif separate:
                 loops[arm] = BareLoop(ctx, config)
                 loops[arm].run(1)
+            else:
+                loops[arm] = BareLoop.sharing(ctx, config, ctx.states["control"], start["sampler"])
 
         def pilot_round() -> float:
             c0, t0 = time.process_time(), time.perf_counter()
@@ -216,6 +255,7 @@ def main() -> int:
             if row["verdict"] == "fail":
                 raise SystemExit(f"the pilot's steady phase failed: {row['reason']}")
             timed = int(row["details"]["timed_updates"])
+            inner.append(float(row["details"]["step_s_mean"]))
             stops.append(str(row["details"]["timing_stopped"]))
             # Every update the phase ran counts, its untimed warm-up update included.
             done = timed + int(row["details"].get("warmup_updates", 0))
@@ -235,6 +275,7 @@ def main() -> int:
             return (time.perf_counter() - t0) / n
 
         pilot, plain, again, stops = [], [], [], []
+        inner: list[float] = []  # the pilot's own timed mean per update (inside its loop)
         # CPU seconds per update (every thread of this process, the counters thread included):
         # what each arm costs whatever else the machine runs, beside the wall time it took.
         cpu_of: dict[int, list[float]] = {id(pilot): [], id(plain): [], id(again): []}
@@ -243,39 +284,56 @@ def main() -> int:
             ("bare", plain, lambda: bare_round("bare", plain)),
             ("null", again, lambda: bare_round("null", again)),
         ]
+        orders = list(itertools.permutations(arms))
         for r in range(-1, args.rounds):  # round -1 warms up: allocator and caches settle
-            order = arms[r % 3 :] + arms[: r % 3]  # no arm always runs (or is built) first
+            # All six orders in turn: every arm runs first, and after each other arm, equally often
+            # (an arm run after the pilot's phase starts colder than one run after a bare loop).
+            order = orders[r % len(orders)]
             loops.clear()
             gc.collect()  # the last round's instances go before the new ones are built
-            for name, _, _ in order:
-                fresh(name)
+            # The warm-up round builds every arm apart, so that their weights can be compared.
+            separate = args.separate or r < 0
+            names = [name for name, _, _ in order]
+            if not separate:  # the pilot's instance first: the bare arms of a shared round train on it
+                names.sort(key=lambda name: name != "pilot")
+            for name in names:
+                fresh(name, separate)
             for _, times, fn in order:
                 times.append(fn())
-            ours = list(ctx.states["control"].model.parameters())
-            for arm in ("bare", "null"):
-                if trained[arm] == trained["pilot"]:
-                    theirs = list(loops[arm].model.parameters())
-                    same.append(len(ours) == len(theirs) and all(map(torch.equal, ours, theirs)))
+            if separate:
+                ours = list(ctx.states["control"].model.parameters())
+                for arm in ("bare", "null"):
+                    if trained[arm] == trained["pilot"]:
+                        theirs = list(loops[arm].model.parameters())
+                        verified.append(len(ours) == len(theirs) and all(map(torch.equal, ours, theirs)))
             if r < 0:
-                for kept in (pilot, plain, again, stops, same, *cpu_of.values()):
+                for kept in (pilot, plain, again, stops, inner, *cpu_of.values()):
                     kept.clear()
         stop.set()
 
     p, b, n = statistics.median(pilot), statistics.median(plain), statistics.median(again)
+    # Paired: each round's pilot against the same round's bare arm, run next to it. The machine's
+    # speed drifts by more than the target between rounds (a shared VM's CPU: 12.4-15.8 ms per
+    # demo update between runs minutes apart); a ratio within a round cancels that drift, and
+    # the median over rounds the layout luck each round draws anew.
+    paired = [x / y for x, y in zip(pilot, plain, strict=True)]
+    null_paired = [x / y for x, y in zip(again, plain, strict=True)]
+    pr, nr = statistics.median(paired), statistics.median(null_paired)
     print(f"campaign {loaded.path.name} · task {task.name} · device {device} · torch {torch.__version__}")
     print(
         f"microbatch {config.microbatch} × accumulation {config.accumulation} · max length "
         f"{config.max_length} · {config.precision} · threads {torch.get_num_threads()}"
     )
     print(
-        f"{args.rounds} rounds, every arm built anew each round, order rotated every round; the pilot timed at least {args.updates} updates "
+        f"{args.rounds} rounds, {'every arm built apart' if args.separate else 'the bare arms replaying the pilot on its instance, built anew'} "
+        f"each round, all six orders in turn; the pilot timed at least {args.updates} updates "
         f"a round ({'fixed' if args.fixed else 'to its precision'}: stopped by {', '.join(sorted(set(stops)))}), "
         f"the bare arms as many as the pilot's last round · load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores"
     )
     print(
-        f"  weights: a bare arm equal to the pilot's bit for bit in {sum(same)} of {len(same)} (arm, round) pairs "
-        "that trained the same updates"
+        f"  weights: a bare arm built apart equal to the pilot's bit for bit in {sum(verified)} of "
+        f"{len(verified)} (arm, round) pairs that trained the same updates"
     )
     print(f"  pilot steady (execute + probes) : {p * 1e3:8.3f} ms/update (median of rounds)")
     print(f"  bare PyTorch loop               : {b * 1e3:8.3f} ms/update (median of rounds)")
@@ -283,14 +341,24 @@ def main() -> int:
     print(f"  ratio pilot / bare (medians)    : {p / b:8.3f}")
     print(f"  ratio pilot / bare (totals)     : {sum(pilot) / sum(plain):8.3f}")
     print(f"  noise floor bare again / bare   : {n / b:8.3f}")
-    print(f"  target pilot / bare ≤ {TARGET}: {'met' if p / b <= TARGET else 'NOT met'}")
+    low, high = median_interval(paired)
+    print(
+        f"  paired, median of {len(paired)} rounds : pilot / bare {pr:.3f} (95 % interval of the median "
+        f"{low:.3f}-{high:.3f}) · noise floor {nr:.3f}"
+    )
+    inside = statistics.median(x / y for x, y in zip(inner, plain, strict=True))
+    print(
+        f"  the pilot's own timed loop / bare (paired median): {inside:.3f} (what steady reports; "
+        "the phase's warm-up update and its fixed work are outside it)"
+    )
+    print(f"  target pilot / bare ≤ {TARGET} (paired median): {'met' if pr <= TARGET else 'NOT met'}")
     pc, bc, nc = (statistics.median(cpu_of[id(x)]) for x in (pilot, plain, again))
     print(
         f"  CPU time per update (all threads): pilot {pc * 1e3:.3f} ms · bare {bc * 1e3:.3f} ms · null "
         f"{nc * 1e3:.3f} ms → pilot / bare {pc / bc:.3f}, noise floor {nc / bc:.3f}"
     )
     load = os.getloadavg()[0]
-    if abs(n / b - 1) > TARGET - 1:
+    if abs(nr - 1) > TARGET - 1:
         # Two identical loops disagree: whatever the pilot ratio says, it is inside the noise.
         print(
             f"  warning: the noise floor is beyond ±{TARGET - 1:.0%} (load average {load:.1f} on {os.cpu_count()} "
@@ -298,6 +366,15 @@ def main() -> int:
         )
     scratch.cleanup()
     return 0
+
+
+def median_interval(values: list[float]) -> tuple[float, float]:
+    """A distribution-free 95 % interval of the median: the order statistics whose ranks the
+    binomial(n, 1/2) puts 2.5 % from either end (normal approximation, as for a sign test)."""
+    ordered, n = sorted(values), len(values)
+    half = 1.96 * (n**0.5) / 2
+    lo, hi = max(0, int(n / 2 - half)), min(n - 1, int(n / 2 + half))
+    return ordered[lo], ordered[hi]
 
 
 def hf_campaign(folder: Path) -> Path:
