@@ -72,8 +72,8 @@ def supervised_count(task: Task, batch: Batch) -> int:
     Counted with torch, on the host batches before their copy (no device sync): the ops a
     training loop already runs every update. numpy's count is faster run hot in a loop, but
     called once per microbatch between a model's backward and the next forward its code is
-    cold, and measured there it cost twice torch's (~45 against ~25 µs a microbatch on the
-    demo, `benchmarks/overhead.py`)."""
+    cold, and timed there it cost twice torch's (~45 against ~25 µs a microbatch on the demo;
+    docs/engine.md, "What the update asks of torch")."""
     return int(supervised_targets(task, batch))
 
 
