@@ -289,6 +289,10 @@ def main() -> int:
             # All six orders in turn: every arm runs first, and after each other arm, equally often
             # (an arm run after the pilot's phase starts colder than one run after a bare loop).
             order = orders[r % len(orders)]
+            if r < 0:
+                # The pilot first: the bare arms then train as many updates as its phase just
+                # did (it times to a precision), so their weights can be compared with its own.
+                order = tuple(sorted(order, key=lambda arm: arm[0] != "pilot"))
             loops.clear()
             gc.collect()  # the last round's instances go before the new ones are built
             # The warm-up round builds every arm apart, so that their weights can be compared.

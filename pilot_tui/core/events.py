@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, ClassVar
 
 
@@ -21,7 +21,16 @@ def json_safe(value: Any) -> Any:
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_safe(getattr(value, f.name)) for f in fields(value)}
     return value
+
+
+def _plain(value: Any) -> Any:
+    """json's fallback for what it cannot encode: a dataclass nested in a message, as its fields."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def json_restored(value: Any) -> Any:
@@ -42,7 +51,14 @@ class WireMessage:
     kind: ClassVar[str] = ""
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, **json_safe(asdict(self))}, allow_nan=False)
+        # One pass of json's C encoder; only a message holding a NaN or inf (a failed row's loss,
+        # say) is walked in Python to spell them out. `asdict` + `json_safe` on every message
+        # deep-copied it twice: ~0.25 ms for a steady row, twice a phase.
+        body = {"kind": self.kind, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        try:
+            return json.dumps(body, allow_nan=False, default=_plain)
+        except ValueError:
+            return json.dumps(json_safe(body), allow_nan=False, default=_plain)
 
 
 # ------------------------------------------------------------------ events (runner -> views)
