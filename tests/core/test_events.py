@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import make_dataclass
 
 import pytest
 
@@ -36,14 +36,11 @@ def test_plain_messages_round_trip_unchanged() -> None:
     }
 
 
-@dataclass
-class _Part:
-    name: str
-    value: float
-
-
 def test_a_nested_dataclass_goes_out_as_its_fields() -> None:
-    for value in (_Part("a", 1.0), _Part("b", math.nan)):
+    # Made with real types, not a decorated class: tests/test_layers.py imports this module
+    # outside sys.modules, where a dataclass with string annotations cannot be built.
+    part = make_dataclass("Part", [("name", str), ("value", float)])
+    for value in (part("a", 1.0), part("b", math.nan)):
         back = decode(RecordUpdate(section="plan", value={"part": value}).to_json())
         got = back.value["part"]
         assert got["name"] == value.name
