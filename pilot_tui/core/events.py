@@ -22,7 +22,7 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: json_safe(getattr(value, f.name)) for f in fields(value)}
+        return json_safe(_plain(value))
     return value
 
 
