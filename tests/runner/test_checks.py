@@ -1,8 +1,10 @@
 """The data and objective checks (`inspect`, `split`, `overfit`) through the real phase.
 
 Every check passes on one campaign and fails (or warns) on another, on real generated data, in a
-real runner process; figures are recomputed here from the task itself, never hard-coded. One
-Session (one runner start) per campaign, shared by the tests that use it.
+runner; figures are recomputed here from the task itself, never hard-coded. One Session per
+campaign, shared by the tests that use it. The runner runs on a thread of this process
+(`InProcessLink`: the same `serve` and phase bodies): these tests are about the checks, and a
+runner process would cost a torch import each; the process boundary is tested elsewhere.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from conftest import CAMPAIGNS, FAST, deep_merge, demo_raw
 from pilot_tui.analysis.splits import group_split
 from pilot_tui.core.events import PhaseFinished, PhaseProgress
 from pilot_tui.core.phase_table import in_group
+from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.session.driver import Session
 from pilot_tui.tasks import demo_classify, demo_instruct
 
@@ -71,7 +74,7 @@ class Pilot:
 def pilot_for(tmp_path_factory, name: str, raw: dict[str, Any] | Path) -> Iterator[Pilot]:
     folder = tmp_path_factory.mktemp(name)
     path = raw if isinstance(raw, Path) else write(folder, raw)
-    session = Session(path, folder / "records")
+    session = Session(path, folder / "records", link=InProcessLink())
     session.start()
     try:
         yield Pilot(session)

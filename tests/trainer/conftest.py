@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import io
 import json
 import os
 import re
@@ -119,6 +120,39 @@ def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) ->
     found = re.search(r"record (\S+\.toml)", proc.stdout)
     record = tomllib.loads(Path(found.group(1)).read_text()) if found else None
     return Run(proc.returncode, out, record, folder)
+
+
+def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) -> Run:
+    """The same headless run with the runner on a thread of this process (`InProcessLink`: the
+    same `serve`, capture and phase bodies; only the fresh-process workers are processes).
+
+    For a broken twin, about the gate it fails: its failure is the check's, not the process's,
+    and a runner process would import transformers again (~10 s of CPU on a loaded CI machine).
+    The script's environment, the working folder and torch's threads are put back afterwards:
+    the capture leaves what the script set, for the trainer to read later.
+    """
+    import torch
+
+    from pilot_tui.commands.headless import run_headless
+    from pilot_tui.runner.in_process import InProcessLink
+    from pilot_tui.session.driver import Session
+
+    path = write_campaign(folder, script, args, **sections)
+    saved_env, saved_cwd, threads = dict(os.environ), os.getcwd(), torch.get_num_threads()
+    os.environ.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    torch.set_num_threads(1)  # what the runner keeps on a 2-core machine (a core for the view)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.chdir(folder)
+        rc = run_headless(Session(path, folder / "records", link=InProcessLink()), out=out, err=err)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        torch.set_num_threads(threads)
+    found = re.search(r"record (\S+\.toml)", out.getvalue())
+    record = tomllib.loads(Path(found.group(1)).read_text()) if found else None
+    return Run(rc, out.getvalue() + err.getvalue(), record, folder)
 
 
 def shared_campaign(tmp_path_factory, name: str, script: str, args: list[str], **sections: Any) -> Run:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import run_campaign
+from .conftest import run_campaign, run_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_a_loss_divided_by_every_ranks_tokens_fails_first_step(tiny, tmp_path):
     """plain_trainer.py, unchanged: its compute_loss divides by num_items_in_batch, which the
     trainer counts over every rank, and never multiplies by the number of processes."""
     args = ["--model", str(tiny.model), "--data", str(tiny.prompt_completion), "--output_dir", "out"]
-    run = run_campaign(tmp_path, "plain_trainer.py", args, **_distributed([*OTHERS, "steady"]))
+    run = run_in_process(tmp_path, "plain_trainer.py", args, **_distributed([*OTHERS, "steady"]))
     assert run.rc != 0
     assert run.verdicts() == {"load": "pass", "first_step": "fail"}, run.out
     row = run.row("first_step")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from .conftest import LATER, passes_every_phase, run_campaign, shared_campaign
+from .conftest import LATER, passes_every_phase, run_in_process, shared_campaign
 
 pytestmark = pytest.mark.slow
 VARIANT_PHASES = ("first_step", "steady", "eval_longest")
@@ -81,7 +81,7 @@ def test_first_step_runs_their_loop_and_the_accumulation_check(plain):
 
 
 def test_a_loss_averaged_per_microbatch_fails_first_step(tiny, tmp_path):
-    run = run_campaign(tmp_path, "loss_per_microbatch.py", _args(tiny), phases={"skip": LATER})
+    run = run_in_process(tmp_path, "loss_per_microbatch.py", _args(tiny), phases={"skip": LATER})
     assert run.rc == 1, run.out
     row = run.row("first_step")
     assert row["verdict"] == "fail"
@@ -92,7 +92,7 @@ def test_a_loss_averaged_per_microbatch_fails_first_step(tiny, tmp_path):
 
 
 def test_a_collator_masking_the_eos_fails_inspect(tiny, tmp_path):
-    run = run_campaign(
+    run = run_in_process(
         tmp_path,
         "collator_masks_eos.py",
         _args(tiny),

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from .conftest import LATER, locked, run_campaign, shared_campaign, shared_root
+from .conftest import LATER, locked, run_in_process, shared_campaign, shared_root
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_the_pairs_are_read_by_their_completion_mask_and_every_gate_passes(dpo):
 
 
 def test_a_rejected_column_copied_from_chosen_fails_inspect_naming_the_pairs(tiny, preference, tmp_path):
-    run = run_campaign(tmp_path, "dpo_same_pair.py", _args(tiny, preference), phases={"skip": LATER})
+    run = run_in_process(tmp_path, "dpo_same_pair.py", _args(tiny, preference), phases={"skip": LATER})
     row = run.row("inspect")
     assert run.rc == 1 and row["verdict"] == "fail", run.out
     checks = {c["name"]: c for c in row["details"]["checks"]}

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from .conftest import run_campaign
+from .conftest import run_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def _run(tiny, tmp_path, share: float):
     from pilot_tui.core import phase_table
 
     skip = [p for p in phase_table.names() if p not in keep]
-    return run_campaign(
+    return run_in_process(
         tmp_path, str(script), [str(tiny.model)], phases={"skip": skip}, task={"supervise_prompt": True}
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import LATER, SCRIPTS, _tiny_assets, run_campaign, shared_campaign
+from .conftest import LATER, SCRIPTS, _tiny_assets, run_in_process, shared_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_a_mean_per_microbatch_model_loss_fails_first_step_naming_the_model(s2s)
 
 
 def test_targets_padded_with_the_pad_id_fail_inspect(tiny, t5, tmp_path):
-    run = run_campaign(
+    run = run_in_process(
         tmp_path,
         "seq2seq_padded_targets.py",
         _args(tiny, t5),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import LATER, NO_FINAL, passes_every_phase, run_campaign, shared_campaign
+from .conftest import LATER, NO_FINAL, passes_every_phase, run_campaign, run_in_process, shared_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_packed_rows_show_their_document_boundaries(packed):
 
 
 def test_end_of_turn_outside_the_mask_fails_inspect(tiny, tmp_path):
-    run = run_campaign(tmp_path, "sft_chat_end_unmarked.py", _chat_args(tiny), phases={"skip": LATER})
+    run = run_in_process(tmp_path, "sft_chat_end_unmarked.py", _chat_args(tiny), phases={"skip": LATER})
     assert run.rc == 1, run.out
     row = run.row("inspect")
     assert row["verdict"] == "fail" and "never learns to stop" in row["reason"]
