@@ -21,6 +21,7 @@ from conftest import FAST, deep_merge, demo_raw
 
 from pilot_tui.core.events import PhaseFinished, PhaseStarted, RecordUpdate, RunUpdate
 from pilot_tui.core.hashing import sha256_file
+from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.session.driver import Session
 
 UPDATES, EVERY, FACTOR = 30, 5, 4.0
@@ -50,7 +51,7 @@ def _drain(session: Session, key: str, overrides: dict[str, Any] | None = None) 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("lr_board")
-    session = Session(_campaign(folder, BOARD), records_dir=folder / "records")
+    session = Session(_campaign(folder, BOARD), records_dir=folder / "records", link=InProcessLink())
     session.start()
     events: dict[str, list] = {}
     before_retry: list[dict[str, Any]] = []
@@ -229,6 +230,7 @@ def test_plateau_cancelled_and_crashed_runs_keep_a_row(tmp_path):
     # plateau cause is armed for the LR of 10, whose validation never beats its start.
     stop = {"non_finite": False, "explosion_factor": 1e30, "plateau_validations": 1}
     changes = {"lr_board": {"updates": 100_000, "variants": [DIVERGENT], "stop": stop}}
+    # A runner process: the crashed run below is the runner killed mid-run.
     session = Session(_campaign(tmp_path, deep_merge(BOARD, changes)), records_dir=tmp_path / "records")
     session.start()
     try:

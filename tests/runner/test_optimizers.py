@@ -18,6 +18,7 @@ from pilot_tui.core.dimensions import OPTIMIZERS, Dimension
 from pilot_tui.core.spec import SpecError, load_spec
 from pilot_tui.runner import optimizers
 from pilot_tui.runner.context import RunContext
+from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.runner.memory_estimate.campaign import Target, fake_config
 from pilot_tui.runner.memory_estimate.fake_run import run_fake
 from pilot_tui.runner.memory_estimate.sources import task_source
@@ -158,7 +159,7 @@ def test_an_adafactor_variant_on_the_demo_holds_less_optimizer_state(write_campa
             "phases": {"skip": [p for p in names() if p not in keep], "steady_updates": 2},
         }
     )
-    session = Session(path, tmp_path / "records")
+    session = Session(path, tmp_path / "records", link=InProcessLink())
     session.start()
     try:
         for step in session.steps:

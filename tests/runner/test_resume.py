@@ -19,6 +19,7 @@ from conftest import FAST, deep_merge, demo_raw
 from pilot_tui.analysis.plan import read_facts
 from pilot_tui.analysis.plan.rental import restart
 from pilot_tui.runner.data import UpdateSampler
+from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.runner.resume_check import compare
 from pilot_tui.session.driver import Session
 
@@ -37,7 +38,7 @@ def session(tmp_path_factory) -> Iterator[Session]:
     # times over. The comparison stays bitwise either way.
     env = pytest.MonkeyPatch()
     env.setenv("OMP_NUM_THREADS", "1")
-    s = Session(spec, folder / "records")
+    s = Session(spec, folder / "records", link=InProcessLink())
     try:
         s.start()
         yield s

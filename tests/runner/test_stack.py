@@ -15,6 +15,7 @@ from conftest import FAST, deep_merge, demo_raw
 from pilot_tui.commands.headless import run_headless
 from pilot_tui.commands.plan import print_plan
 from pilot_tui.core.phase_table import in_group
+from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.runner.phases.stack import check_attention, check_extension, check_precision
 from pilot_tui.session.driver import Session
 
@@ -61,7 +62,7 @@ def campaign(folder: Path, requires: list[str], skip: tuple[str, ...] = ()) -> P
 def run(
     folder: Path, requires: list[str], skip: tuple[str, ...] = (), keep_going: bool = False
 ) -> tuple[int, str, dict[str, Any], Path]:
-    session = Session(campaign(folder, requires, skip), folder / "records")
+    session = Session(campaign(folder, requires, skip), folder / "records", link=InProcessLink())
     out = io.StringIO()
     code = run_headless(session, out=out, err=io.StringIO(), keep_going=keep_going)
     assert session.record is not None

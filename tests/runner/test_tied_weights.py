@@ -10,6 +10,7 @@ import tomllib
 import tomli_w
 from conftest import FAST, REPO, deep_merge, demo_raw
 
+from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.session.driver import Session
 
 TIED = REPO / "tests" / "data" / "tied"
@@ -25,7 +26,7 @@ def test_tied_weights_resume_bitwise_and_reload(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path)  # not the task's folder: the sibling import must work anyway
     assert str(TIED) not in os.environ.get("PYTHONPATH", "")
-    session = Session(spec, tmp_path / "records")
+    session = Session(spec, tmp_path / "records", link=InProcessLink())
     try:
         session.start()
         for key in ("load", "resume"):

@@ -15,6 +15,7 @@ from pilot_tui.core.events import RecordUpdate
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
+from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.variants_compare import compare_targets
 from pilot_tui.session.driver import Session
@@ -36,7 +37,7 @@ def _one_thread(monkeypatch: pytest.MonkeyPatch):
 
 
 def _run(path: Path, records: Path) -> dict:
-    session = Session(path, records)
+    session = Session(path, records, link=InProcessLink())
     session.start()
     try:
         for step in session.steps:
