@@ -1,6 +1,6 @@
 """The optimizer as a configuration dimension: one table of builders, AdamW unchanged, each
 optimizer's state measured by a first step and counted by the fake-tensor estimate, checked by the
-stack, and an Adafactor variant measured beside the control by the real runner process."""
+stack, and an Adafactor variant measured beside the control by the real runner (in-process)."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def test_the_stack_builds_and_steps_every_optimizer(tmp_path: Path, monkeypatch:
 
 
 def test_an_adafactor_variant_on_the_demo_holds_less_optimizer_state(write_campaign, tmp_path: Path) -> None:
-    """The real runner process: first_step's row and the estimate both see the smaller state."""
+    """The real runner, in-process: first_step's row and the estimate both see the smaller state."""
     keep = {"estimate", "first_step", "steady", "eval_longest"}
     from pilot_tui.core.phase_table import names
 

@@ -1,6 +1,6 @@
 """Resume in a new process and final reload (R15, R16), with real torch on CPU.
 
-One runner serves the whole module: the resume check passes, then fails when the scheduler or
+One runner (in-process; the resume and the reload are new processes) serves the whole module: the resume check passes, then fails when the scheduler or
 the data position is deliberately lost; export + final reload pass, then refuse a tampered file.
 """
 

@@ -1,5 +1,6 @@
 """Memory variants side by side, out-of-memory as a result and the fit search, through the real
-runner process and the TOML record read back (R10, R11, R12)."""
+runner (on a thread here: the phases are what is tested) and the TOML record read back (R10,
+R11, R12)."""
 
 from __future__ import annotations
 
