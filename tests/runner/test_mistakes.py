@@ -3,8 +3,9 @@
 that must still pass: a check that misfires on a correct task is a defect too.
 
 Only the phases a check needs run, in this process, through the same `execute` the runner uses
-(one row per phase, the verdict and reason as recorded); no runner process is started except for
-the headless heartbeat, which is about the terminal.
+(one row per phase, the verdict and reason as recorded). The headless heartbeat is about the
+terminal: while a phase runs, through a runner process; while the task opens, with the runner on
+a thread (`InProcessLink`), which opens the task the same way.
 """
 
 from __future__ import annotations
@@ -362,6 +363,7 @@ def test_headless_shows_the_phase_and_a_heartbeat_while_build_model_is_slow(tmp_
 def test_headless_shows_a_heartbeat_while_the_task_opens_and_nothing_when_it_is_quick(tmp_path):
     from pilot_tui.commands.headless import run_headless
     from pilot_tui.core import phase_table
+    from pilot_tui.runner.in_process import InProcessLink
     from pilot_tui.session.driver import Session
 
     def opened(folder: Path, open_s: float, period: float = 0.6) -> str:
@@ -370,7 +372,12 @@ def test_headless_shows_a_heartbeat_while_the_task_opens_and_nothing_when_it_is_
         raw["phases"]["skip"] = [name for name in phase_table.names() if name != "split"]
         path.write_text(tomli_w.dumps(raw))
         out = io.StringIO()
-        run_headless(Session(path, folder / "records"), out=out, err=io.StringIO(), heartbeat_s=period)
+        run_headless(
+            Session(path, folder / "records", link=InProcessLink()),
+            out=out,
+            err=io.StringIO(),
+            heartbeat_s=period,
+        )
         return out.getvalue()
 
     slow = opened(tmp_path / "slow", 2.0)

@@ -31,7 +31,7 @@ from pilot_tui.session.driver import Session
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 8
-JOIN_S = 12
+JOIN_S = 30  # a node's agent, torchrun and rank each import torch: on a loaded 2-core machine, 20 s+
 
 
 def free_port() -> int:
