@@ -1,5 +1,10 @@
 """Trainer campaigns on the user scripts of tests/data/trainer_scripts, run unchanged through
-`pilot-tui run … --headless` in a subprocess, on tiny assets built once per session."""
+`pilot-tui run … --headless` in a subprocess, on tiny assets built once per session.
+
+The plain Trainer's campaign, the distributed one and the CLI's own errors run that way; the
+others run the same headless session with the runner on a thread (`run_in_process`): a runner
+process would import transformers again for each (~10 s of CPU on a loaded CI machine). Their
+resume, reload and variant workers are new processes either way."""
 
 from __future__ import annotations
 
@@ -155,14 +160,16 @@ def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) 
     return Run(rc, out.getvalue() + err.getvalue(), record, folder)
 
 
-def shared_campaign(tmp_path_factory, name: str, script: str, args: list[str], **sections: Any) -> Run:
-    """`run_campaign` once per session under `name`, whichever xdist worker asks first; the
-    others read its output and record."""
+def shared_campaign(
+    tmp_path_factory, name: str, script: str, args: list[str], *, in_process: bool = False, **sections: Any
+) -> Run:
+    """`run_campaign` (`run_in_process` if `in_process`) once per session under `name`, whichever
+    xdist worker asks first; the others read its output and record."""
     folder = shared_root(tmp_path_factory) / f"trainer-{name}"
     done = folder / "run.json"
     with locked(folder):
         if not done.is_file():
-            run = run_campaign(folder, script, args, **sections)
+            run = (run_in_process if in_process else run_campaign)(folder, script, args, **sections)
             found = re.search(r"record (\S+\.toml)", run.out)
             done.write_text(
                 json.dumps({"rc": run.rc, "out": run.out, "record": found.group(1) if found else ""})

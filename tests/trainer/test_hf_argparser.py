@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import NO_FINAL, passes_every_phase, run_campaign
+from .conftest import NO_FINAL, passes_every_phase, run_campaign, run_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def _args(tiny, *flags: str) -> list[str]:
 def test_with_do_train_it_passes_every_phase(tiny, tmp_path):
     # Text blocks: every token is learnt, as the campaign declares. The resume re-runs the script
     # (its HfArgumentParser) in a new process; the final reload is the plain campaign's.
-    run = run_campaign(
+    run = run_in_process(
         tmp_path,
         "hf_argparser.py",
         _args(tiny, "--do_train", "--do_eval"),

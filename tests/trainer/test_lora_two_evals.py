@@ -30,6 +30,7 @@ def lora(tiny, tmp_path_factory):
         "lora",
         "lora_two_evals.py",
         _args(tiny),
+        in_process=True,
         phases={"skip": SKIP},
         fit_search={"microbatches": [2, 8]},
         lr_board={"control": 0.005, "updates": 2, "validate_every": 1},

@@ -28,6 +28,7 @@ def s2s(tiny, t5, tmp_path_factory):
         "seq2seq",
         "seq2seq.py",
         _args(tiny, t5),
+        in_process=True,
         phases={"steady_updates": 3, "skip": ["resume", "final"]},
         replay={"inputs": ["up: abc ="]},
     )

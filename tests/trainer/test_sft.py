@@ -21,6 +21,7 @@ def chat(tiny, tmp_path_factory):
         "chat",
         "sft_chat.py",
         _chat_args(tiny),
+        in_process=True,
         replay={"inputs": ["rev: abc"]},
         # Two LRs through args.learning_rate, the trainer's own evaluate() every 2 updates.
         lr_board={"control": 0.002, "variants": [0.02], "updates": 4, "validate_every": 2},
@@ -40,7 +41,9 @@ def packed(tiny, tmp_path_factory):
         "--learning_rate", "0.005",
     ]  # fmt: skip
     # Packing changes the batches, not the export: the chat campaign checks the final reload.
-    return shared_campaign(tmp_path_factory, "packed", "sft_packing.py", args, phases=NO_FINAL)
+    return shared_campaign(
+        tmp_path_factory, "packed", "sft_packing.py", args, in_process=True, phases=NO_FINAL
+    )
 
 
 def test_chat_passes_every_phase(chat):
