@@ -131,8 +131,9 @@ def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) 
     """The same headless run with the runner on a thread of this process (`InProcessLink`: the
     same `serve`, capture and phase bodies; only the fresh-process workers are processes).
 
-    For a broken twin, about the gate it fails: its failure is the check's, not the process's,
-    and a runner process would import transformers again (~10 s of CPU on a loaded CI machine).
+    For a campaign whose subject is its gates (a broken twin's failure is the check's, not the
+    process's): a runner process would import transformers again (~10 s of CPU on a loaded CI
+    machine).
     The script's environment, the working folder and torch's threads are put back afterwards:
     the capture leaves what the script set, for the trainer to read later.
     """
