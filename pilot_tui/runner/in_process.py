@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.events import Shutdown, WireMessage
 from ..session.link import LinkTimeout
-from .main import route, serve
+from .main import leave_a_core_for_the_view, route, serve
 
 _EOF = object()
 
@@ -38,6 +38,10 @@ class InProcessLink:
         events = self._events
 
         def body() -> None:
+            # torch's threads as the runner process sets them (a core left for the view): the
+            # rows and the fresh worker processes carry that count. Set on this thread, the
+            # count leaves the caller's thread as it was (torch's CPU thread count is per thread).
+            leave_a_core_for_the_view()
             try:
                 serve(self._commands, events.put, self._cancel, {})
             finally:

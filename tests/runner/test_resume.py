@@ -1,6 +1,6 @@
 """Resume in a new process and final reload (R15, R16), with real torch on CPU.
 
-One runner (in-process; the resume and the reload are new processes) serves the whole module: the resume check passes, then fails when the scheduler or
+One runner serves the whole module: the resume check passes, then fails when the scheduler or
 the data position is deliberately lost; export + final reload pass, then refuse a tampered file.
 """
 
@@ -19,7 +19,6 @@ from conftest import FAST, deep_merge, demo_raw
 from pilot_tui.analysis.plan import read_facts
 from pilot_tui.analysis.plan.rental import restart
 from pilot_tui.runner.data import UpdateSampler
-from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.runner.resume_check import compare
 from pilot_tui.session.driver import Session
 
@@ -38,7 +37,7 @@ def session(tmp_path_factory) -> Iterator[Session]:
     # times over. The comparison stays bitwise either way.
     env = pytest.MonkeyPatch()
     env.setenv("OMP_NUM_THREADS", "1")
-    s = Session(spec, folder / "records", link=InProcessLink())
+    s = Session(spec, folder / "records")
     try:
         s.start()
         yield s

@@ -134,19 +134,16 @@ def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) 
     For a campaign whose subject is its gates (a broken twin's failure is the check's, not the
     process's): a runner process would import transformers again (~10 s of CPU on a loaded CI
     machine).
-    The script's environment, the working folder and torch's threads are put back afterwards:
-    the capture leaves what the script set, for the trainer to read later.
+    The script's environment and the working folder are put back afterwards (the capture
+    leaves what the script set, for the trainer to read later; the link puts back the threads).
     """
-    import torch
-
     from pilot_tui.commands.headless import run_headless
     from pilot_tui.runner.in_process import InProcessLink
     from pilot_tui.session.driver import Session
 
     path = write_campaign(folder, script, args, **sections)
-    saved_env, saved_cwd, threads = dict(os.environ), os.getcwd(), torch.get_num_threads()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
     os.environ.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    torch.set_num_threads(1)  # what the runner keeps on a 2-core machine (a core for the view)
     out, err = io.StringIO(), io.StringIO()
     try:
         os.chdir(folder)
@@ -155,7 +152,6 @@ def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) 
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        torch.set_num_threads(threads)
     found = re.search(r"record (\S+\.toml)", out.getvalue())
     record = tomllib.loads(Path(found.group(1)).read_text()) if found else None
     return Run(rc, out.getvalue() + err.getvalue(), record, folder)
