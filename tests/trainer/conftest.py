@@ -109,10 +109,22 @@ def write_campaign(folder: Path, script: str, args: list[str], **sections: Any) 
     return path
 
 
+# What every trainer campaign here runs with: nothing from a hub, no tokenizer threads.
+SCRIPT_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+# The headless run's header line names its record.
+RECORD_LINE = re.compile(r"record (\S+\.toml)")
+
+
+def finished(rc: int, stdout: str, stderr: str, folder: Path) -> Run:
+    found = RECORD_LINE.search(stdout)
+    record = tomllib.loads(Path(found.group(1)).read_text()) if found else None
+    return Run(rc, stdout + stderr, record, folder)
+
+
 def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) -> Run:
     """The campaign run headless the way a user would: `pilot-tui run campaign.toml --headless`."""
     path = write_campaign(folder, script, args, **sections)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, **SCRIPT_ENV)
     proc = subprocess.run(
         [sys.executable, "-m", "pilot_tui", "run", str(path), "--headless"],
         capture_output=True,
@@ -121,10 +133,7 @@ def run_campaign(folder: Path, script: str, args: list[str], **sections: Any) ->
         env=env,
         cwd=folder,
     )
-    out = proc.stdout + proc.stderr
-    found = re.search(r"record (\S+\.toml)", proc.stdout)
-    record = tomllib.loads(Path(found.group(1)).read_text()) if found else None
-    return Run(proc.returncode, out, record, folder)
+    return finished(proc.returncode, proc.stdout, proc.stderr, folder)
 
 
 def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) -> Run:
@@ -133,8 +142,7 @@ def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) 
 
     For a campaign whose subject is its gates (a broken twin's failure is the check's, not the
     process's): a runner process would import transformers again (~10 s of CPU on a loaded CI
-    machine).
-    The script's environment and the working folder are put back afterwards (the capture
+    machine). The script's environment and the working folder are put back afterwards (the capture
     leaves what the script set, for the trainer to read later; the link puts back the threads).
     """
     from pilot_tui.commands.headless import run_headless
@@ -143,7 +151,7 @@ def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) 
 
     path = write_campaign(folder, script, args, **sections)
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    os.environ.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    os.environ.update(SCRIPT_ENV)
     out, err = io.StringIO(), io.StringIO()
     try:
         os.chdir(folder)
@@ -152,9 +160,7 @@ def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) 
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-    found = re.search(r"record (\S+\.toml)", out.getvalue())
-    record = tomllib.loads(Path(found.group(1)).read_text()) if found else None
-    return Run(rc, out.getvalue() + err.getvalue(), record, folder)
+    return finished(rc, out.getvalue(), err.getvalue(), folder)
 
 
 def shared_campaign(
@@ -167,7 +173,7 @@ def shared_campaign(
     with locked(folder):
         if not done.is_file():
             run = (run_in_process if in_process else run_campaign)(folder, script, args, **sections)
-            found = re.search(r"record (\S+\.toml)", run.out)
+            found = RECORD_LINE.search(run.out)
             done.write_text(
                 json.dumps({"rc": run.rc, "out": run.out, "record": found.group(1) if found else ""})
             )
