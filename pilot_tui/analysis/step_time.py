@@ -12,7 +12,9 @@ Two pure functions, shared by the runner (when to stop timing) and the plan (wha
   row's details: the confidence interval, widened by the contention the timed loop measured
   (`runqueue_share`, the share of the loop the timing thread was ready to run but waited for a
   CPU). On a CPU the low end is the interval on an idle machine, the high end on one twice as
-  busy as the pilot's; the caveat says so in words.
+  busy as the pilot's; the caveat says so in words. It is widened again when a fixed reference
+  workload timed before and after the loop (`speed_reference_s`) ran at different speeds: the
+  host slowed or sped the machine while it was timed, unseen by the run queue.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from typing import Any
 BLOCKS = 20
 # The precision a steady phase times to by default: ±3 % of the mean at 95 % confidence.
 DEFAULT_PRECISION = 0.03
+
+# A move of the reference workload's speed below this is its own run-to-run noise: not reported.
+SPEED_MOVED_FLOOR = 0.10
 
 # Student's t, two-sided 95 % (the 0.975 quantile), for 1..30 degrees of freedom.
 _T975 = (
@@ -104,6 +109,15 @@ def updates_needed(interval: MeanInterval, target: float) -> int:
     return math.ceil(interval.n * (interval.precision / target) ** 2)
 
 
+def speed_moved(reference: Any) -> float:
+    """How much the machine's speed moved between the reference workload's timings: slowest over
+    fastest, minus one (0.0 without two positive finite timings, as in a hostile record)."""
+    if not isinstance(reference, Sequence) or isinstance(reference, str):
+        return 0.0
+    values = [v for v in (_num(x) for x in reference) if v is not None and v > 0]
+    return max(values) / min(values) - 1 if len(values) >= 2 else 0.0
+
+
 @dataclass(frozen=True)
 class StepRange:
     """The per-update time a plan can quote: low ≤ mean ≤ high, seconds, and why it is that wide."""
@@ -115,6 +129,7 @@ class StepRange:
     timed_updates: int
     precision: float
     runqueue_share: float
+    speed_moved: float
     caveat: str
 
 
@@ -137,7 +152,12 @@ def step_range(details: Mapping[str, Any]) -> StepRange | None:
     share = min(max(_num(details.get("runqueue_share")) or 0.0, 0.0), 0.9)
     on_cpu = str(details.get("timing_clock", "host")) == "host"
     widen = share if on_cpu else 0.0
-    low, high = max(mean - ci, 0.0) * (1 - widen), (mean + ci) * (1 + widen)
+    # The loop ran somewhere between the reference's fastest and slowest speed: at either end of
+    # it, a step would take (1 + moved) times less or more.
+    moved = speed_moved(details.get("speed_reference_s")) if on_cpu else 0.0
+    moved = moved if moved >= SPEED_MOVED_FLOOR else 0.0
+    low = max(mean - ci, 0.0) * (1 - widen) / (1 + moved)
+    high = (mean + ci) * (1 + widen) * (1 + moved)
     precision = ci / mean
     target = _num(details.get("step_s_precision_target"))
     parts = [f"±{precision:.1%} at 95 % confidence over {n} timed updates"]
@@ -148,6 +168,11 @@ def step_range(details: Mapping[str, Any]) -> StepRange | None:
             f"the timed loop waited for a CPU {share:.0%} of its time (other load): the range spans "
             "an idle machine to one twice as busy"
         )
+    if moved:
+        parts.append(
+            f"the machine's speed moved {moved:.0%} while steady was timed (a fixed reference workload, "
+            "timed before and after): the range spans both speeds"
+        )
     return StepRange(
         low_s=low,
         mean_s=mean,
@@ -156,5 +181,6 @@ def step_range(details: Mapping[str, Any]) -> StepRange | None:
         timed_updates=n,
         precision=precision,
         runqueue_share=share,
+        speed_moved=moved,
         caveat="; ".join(parts),
     )

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pilot_tui.analysis.step_time import BLOCKS, mean_interval, step_range, t975, updates_needed
+from pilot_tui.analysis.step_time import BLOCKS, mean_interval, speed_moved, step_range, t975, updates_needed
 
 
 def iid(rng: random.Random, n: int, mean: float = 0.01, sd: float = 0.002) -> list[float]:
@@ -95,6 +95,28 @@ def test_contention_widens_the_range_from_an_idle_machine_to_one_twice_as_busy()
     # On a GPU the device's own clock timed it: host contention does not widen it.
     gpu = step_range(details(runqueue_share=0.25, timing_clock="cuda events"))
     assert gpu is not None and gpu.high_s == pytest.approx(0.102)
+
+
+def test_a_machine_whose_speed_moved_while_timed_widens_the_range_to_both_speeds():
+    # The reference workload took 2.0 ms before the loop and 3.0 ms after: the host slowed the
+    # machine by half, unseen by the run queue (share 0).
+    r = step_range(details(speed_reference_s=[0.002, 0.003]))
+    assert r is not None and r.speed_moved == pytest.approx(0.5)
+    assert r.low_s == pytest.approx(0.098 / 1.5) and r.high_s == pytest.approx(0.102 * 1.5)
+    assert "speed moved 50% while steady was timed" in r.caveat
+    # Below the reference's own noise nothing moves; on a GPU the device's clock timed it.
+    quiet = step_range(details(speed_reference_s=[0.002, 0.00215]))
+    gpu = step_range(details(speed_reference_s=[0.002, 0.003], timing_clock="cuda events"))
+    for same in (quiet, gpu):
+        assert same is not None and (same.low_s, same.high_s) == pytest.approx((0.098, 0.102))
+        assert "speed moved" not in same.caveat
+
+
+def test_a_hostile_speed_reference_moves_nothing():
+    for bad in ("0.002,0.003", [0.002], [0.0, 0.003], [-1.0, 0.003], ["0.002", 0.003], 7, None):
+        assert speed_moved(bad) == 0.0
+    r = step_range(details(speed_reference_s=[0.002, math.inf, 0.003]))
+    assert r is not None and r.speed_moved == pytest.approx(0.5)  # the finite two still count
 
 
 def test_a_budget_that_ended_short_of_the_target_says_so():

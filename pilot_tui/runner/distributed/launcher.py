@@ -28,6 +28,8 @@ from .group import START_GRACE_S, GroupFailure, Nodes, RankGroup, default_backen
 # The engine phases, the variant phases (same names), resume and final run on the ranks; the
 # data checks, the fit search and the LR board stay in the runner's single process.
 GROUP = "rank_group"  # ctx.memo key
+# Read with the slowest rank's interval: the load and the machine's speed it was timed at.
+_PACE_KEYS = ("runqueue_share", "speed_reference_s")
 
 
 def resolve_world(loaded: LoadedSpec, device: torch.device) -> LoadedSpec:
@@ -239,7 +241,7 @@ def merge_rows(
     if timed:
         # The interval is the slowest rank's: the one whose pace the plan uses.
         slowest = rows[max(timed, key=lambda r: rows[r]["details"]["step_s_mean"])]["details"]
-        details |= {k: v for k, v in slowest.items() if k.startswith("step_s_") or k == "runqueue_share"}
+        details |= {k: v for k, v in slowest.items() if k.startswith("step_s_") or k in _PACE_KEYS}
     for key in ("examples_per_s", "tokens_per_s", "written_mb"):
         per = [rows[r]["details"].get(key) for r in rows if key in rows[r].get("details", {})]
         if per:

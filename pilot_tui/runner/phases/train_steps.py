@@ -12,12 +12,13 @@ import torch
 
 from ...analysis import rank_data
 from ...analysis.loss_trend import loss_trend
-from ...analysis.step_time import MeanInterval, mean_interval, updates_needed
+from ...analysis.step_time import SPEED_MOVED_FLOOR, MeanInterval, mean_interval, speed_moved, updates_needed
 from ...core.verdict import WARN
 from .. import finiteness, objective_gate
 from ..context import RunContext
 from ..distributed import state as dist_state
 from ..probes import forget_peaks, synchronize
+from ..speed_reference import reference_s
 from ..steady_timing import (
     PROGRESS_PERIOD_S,
     LossTap,
@@ -258,6 +259,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     feed = host_feed(ctx, state, float(ov.get("collate_delay_s") or 0.0))
     waits: list[float] = []
     synchronize(ctx.device)
+    speed_before = reference_s()  # outside the timed loop, on its thread
     load_before, queue_before = machine_load(), runqueue_clock()
     t0 = next_progress = clock.mark()
     n, stopped, interval = 0, None, mean_interval([])
@@ -291,6 +293,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     synchronize(ctx.device)
     elapsed = time.perf_counter() - t0
     queue_share = runqueue_share(queue_before, runqueue_clock(), elapsed)
+    speed = [speed_before, reference_s()]
     times = clock.times()
     interval = mean_interval(times)
     timed = interval.mean_s * n  # the timed loop's total: throughput and shares divide the same figure
@@ -315,6 +318,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         "timing_budget_s": rule.budget_s,
         "timing_clock": "cuda events" if cuda else "host",
         **load_details(load_before, machine_load()),
+        # A fixed CPU workload's seconds just before and after the loop: did the machine's speed
+        # move while it was timed (runner/speed_reference.py)?
+        "speed_reference_s": speed,
         "examples_per_s": examples / timed,
         "tokens_per_s": tokens / timed,
         "loss_first": values[0],
@@ -329,6 +335,13 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     if queue_share is not None:
         # The share of the loop the timing thread was ready but waited for a CPU: the load it ran under.
         details["runqueue_share"] = queue_share
+    moved = speed_moved(speed)
+    if moved >= SPEED_MOVED_FLOOR:
+        notes.append(
+            f"the machine's speed moved {moved:.0%} while steady was timed (a fixed reference "
+            f"workload took {min(speed) * 1e3:.2f}–{max(speed) * 1e3:.2f} ms before and after): "
+            "its step time holds for a machine that fast to that slow, and the plan's range says so"
+        )
     if stopped == "budget":
         notes.append(
             f"timing stopped at its {rule.budget_s:g} s budget with the mean step time known to "
