@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pilot_tui.analysis.plan import PlannedRun, compute_plan  # noqa: E402
-from pilot_tui.analysis.step_time import step_range  # noqa: E402
+from pilot_tui.analysis.step_time import speed_moved, step_range  # noqa: E402
 from pilot_tui.core.events import PhaseFinished  # noqa: E402
 from pilot_tui.core.phase_table import in_group  # noqa: E402
 from pilot_tui.session.driver import Session  # noqa: E402
@@ -263,7 +263,8 @@ def main() -> int:
                 f"{'held' if inside else 'MISSED'} (p10–p90 {r['p10p90'][0]:.2f}–{r['p10p90'][1]:.2f} s "
                 f"{'held' if old else 'missed'}); steady {d['timed_updates']} updates at "
                 f"{d['step_s_mean'] * 1e3:.2f} ± {d['step_s_ci95'] * 1e3:.2f} ms ({d['timing_stopped']}), "
-                f"waited for a CPU {d.get('runqueue_share', 0):.0%}; load average {os.getloadavg()[0]:.2f}",
+                f"waited for a CPU {d.get('runqueue_share', 0):.0%}, machine speed moved "
+                f"{speed_moved(d.get('speed_reference_s')):.0%} across it; load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
     median = statistics.median(ratios)

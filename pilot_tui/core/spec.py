@@ -126,9 +126,12 @@ class PhasesSpec:
     # The fewest timed steady updates; steady then times more until the 95 % interval of the mean
     # step time is within ±steady_precision of it (0: exactly steady_updates), or until
     # steady_budget_s of timing has passed (never more than half the phase's time_s ceiling).
+    # It reaches the precision no sooner than steady_min_s of timing (or the budget, if less):
+    # a second of a steady loop can sit inside one stretch of a VM whose speed moves.
     steady_updates: int = 10
     steady_precision: float = 0.03
     steady_budget_s: float = 10.0
+    steady_min_s: float = 2.0
     eval_microbatch: int = 0
     skip: list[str] = field(default_factory=list)
 
@@ -558,6 +561,7 @@ def _check(spec: CampaignSpec) -> None:
         "must be a fraction of the mean step time in [0, 1), e.g. 0.03 for ±3 % (0 times exactly steady_updates)",
     )
     need(spec.phases.steady_budget_s >= 0, "phases.steady_budget_s", "must be ≥ 0 seconds")
+    need(spec.phases.steady_min_s >= 0, "phases.steady_min_s", "must be ≥ 0 seconds")
     need(spec.phases.eval_microbatch >= 0, "phases.eval_microbatch", "must be ≥ 0")
     known = phase_table.names()
     for name in spec.phases.skip:

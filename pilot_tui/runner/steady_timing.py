@@ -79,13 +79,14 @@ class UpdateClock:
 
 @dataclass(frozen=True)
 class StopRule:
-    """When the timed loop may end: at least `minimum` updates, then at the declared precision or
-    when `budget_s` of timing has passed, whichever comes first. `precision` 0 times exactly
-    `minimum` updates (the fixed count of records made before)."""
+    """When the timed loop may end: at least `minimum` updates, then at the declared precision
+    (once `min_s` of timing has passed) or when `budget_s` of timing has passed, whichever comes
+    first. `precision` 0 times exactly `minimum` updates (the fixed count of records made before)."""
 
     minimum: int
     precision: float
     budget_s: float
+    min_s: float = 0.0
 
     def next_checkpoint(self, n: int) -> int:
         """The update count at which to evaluate the rule next, after evaluating it at `n` (0 at
@@ -102,7 +103,8 @@ class StopRule:
             return None
         if self.precision <= 0:
             return "count"
-        if n >= 2 and interval.within(self.precision):
+        # A precision reached in a fraction of a second may hold for that fraction only.
+        if n >= 2 and interval.within(self.precision) and elapsed_s >= min(self.min_s, self.budget_s):
             return "precision"
         if elapsed_s >= self.budget_s:
             return "budget"

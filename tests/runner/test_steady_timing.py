@@ -17,13 +17,14 @@ import tomli_w
 import torch
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.analysis.step_time import SPEED_MOVED_FLOOR, speed_moved, step_range
+from pilot_tui.analysis.step_time import SPEED_MOVED_FLOOR, mean_interval, speed_moved, step_range
 from pilot_tui.core.events import PhaseProgress
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.data import UpdateSampler
 from pilot_tui.runner.phases.base import execute
+from pilot_tui.runner.steady_timing import StopRule
 from pilot_tui.tasks.loader import load_task
 
 
@@ -75,6 +76,20 @@ def test_a_loose_target_stops_at_the_minimum_and_a_reachable_one_is_met(tmp_path
     assert met["step_s_precision"] <= 0.4 and met["step_s_ci95"] == pytest.approx(
         met["step_s_precision"] * met["step_s_mean"], rel=1e-3
     )
+
+
+def test_a_precision_reached_early_still_times_the_minimum_duration(tmp_path):
+    # ±99 % is met after the first few updates; the loop still times for 0.6 s.
+    ctx, _ = context(tmp_path)
+    d = steady(ctx, steady_updates=4, steady_precision=0.99, steady_budget_s=30, steady_min_s=0.6)["details"]
+    assert d["timing_stopped"] == "precision" and d["timing_min_s"] == 0.6
+    assert d["step_s_mean"] * d["timed_updates"] >= 0.6 * 0.9  # the timed loop's total (stamps, not its tail)
+    # The rule alone: precision counts from the minimum duration on, or from the budget if sooner.
+    tight = mean_interval([0.1] * 20)
+    rule = StopRule(minimum=4, precision=0.03, budget_s=10.0, min_s=2.0)
+    assert rule.reason(20, 1.9, tight) is None and rule.reason(20, 2.0, tight) == "precision"
+    short = StopRule(minimum=4, precision=0.03, budget_s=1.0, min_s=2.0)
+    assert short.reason(20, 1.0, tight) == "precision"
 
 
 def test_an_unreachable_target_ends_at_the_budget_and_says_the_precision_reached(tmp_path):

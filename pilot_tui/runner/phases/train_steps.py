@@ -247,6 +247,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         budget_s=budget_for(
             float(ov.get("steady_budget_s", p.steady_budget_s)), ctx.spec.limit_for("steady").time_s
         ),
+        min_s=float(ov.get("steady_min_s", p.steady_min_s)),
     )
     taken = state.step  # updates already taken: a failure is named by the campaign's update number
     losses: list[Any] = []
@@ -316,6 +317,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         "step_s_ci_method": interval.method,
         "timing_stopped": stopped,
         "timing_budget_s": rule.budget_s,
+        "timing_min_s": rule.min_s,
         "timing_clock": "cuda events" if cuda else "host",
         **load_details(load_before, machine_load()),
         # A fixed CPU workload's seconds just before and after the loop: did the machine's speed
