@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import os
+import shlex
+import shutil
 import subprocess
+import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +59,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow = {module(item) for item in items if item.get_closest_marker("slow")}
     # A stable sort: the collection order stays within each half and within each module.
     items.sort(key=lambda item: module(item) not in slow)
+
+
+WARM = REPO / "tests" / "warm"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_processes() -> Iterator[None]:
+    """pilot-tui's own processes start forked from one that imported torch already (tests/warm/):
+    torch and torch._dynamo cost ~5 s of CPU to import, and the suite starts hundreds of
+    processes on 2 cores. Each test worker gets its own warm processes; they exit with it.
+    TESTS_PLAIN_SPAWN=1 turns it off; `plain_spawn` does for one test."""
+    if os.environ.get("TESTS_PLAIN_SPAWN"):
+        yield
+        return
+    warm_dir = tempfile.mkdtemp(prefix="pt-warm-")  # short: a socket's path is at most 107 bytes
+    launcher = f"{shlex.quote(sys.executable)} -S {shlex.quote(str(WARM / 'launch.py'))}"
+    env = {"PILOT_TUI_LAUNCHER": launcher, "TESTS_WARM_DIR": warm_dir}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {**env, "TESTS_WARM_OWNER": str(os.getpid())}.items():
+            mp.setenv(key, value)
+        spec = importlib.util.spec_from_file_location("pilot_tui_tests_warm_launch", WARM / "launch.py")
+        assert spec is not None and spec.loader is not None
+        launch = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(launch)
+        # The runners' environment, started now rather than on the first test's request.
+        launch.start_warm(warm_dir, launch.env_key(dict(os.environ)))
+        yield
+    if not os.environ.get("TESTS_WARM_KEEP"):  # set it to read the warm processes' logs
+        shutil.rmtree(warm_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def plain_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's processes start as plain `python -m` (it checks the process boundary itself)."""
+    monkeypatch.delenv("PILOT_TUI_LAUNCHER", raising=False)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .. import DEMO_CAMPAIGN, __version__
+from ..core.launch import module_command
 from ..core.notes import add_note, set_conclusion
 from ..core.record import Record, RecordError
 from ..core.spec import SpecError
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _agent(argv: list[str]) -> int:
     """The agent owns torch: it runs as the runner's module, in this process's place."""
-    cmd = [sys.executable, "-m", "pilot_tui.runner.distributed.agent", *argv]
+    cmd = module_command("pilot_tui.runner.distributed.agent", argv)
     try:
         return subprocess.call(cmd)
     except KeyboardInterrupt:

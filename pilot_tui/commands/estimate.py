@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis import memory_estimate as est
+from ..core.launch import module_command
 from ..core.spec import PRECISIONS, STRATEGIES, SpecError, load_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -86,7 +87,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         print(f"pilot-tui: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     proc = subprocess.run(
-        [sys.executable, "-m", "pilot_tui.runner.memory_estimate", json.dumps(request)],
+        module_command("pilot_tui.runner.memory_estimate", [json.dumps(request)]),
         stdout=subprocess.PIPE,
         text=True,
         check=False,

@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 
 from ..core.atomic import write_atomic, write_text_atomic
 from ..core.hashing import sha256_file
+from ..core.launch import module_command, torchrun_script
 from ..core.reasons import exception_line, first_line
 from ..core.spec import SpecError, load_spec
 from ..tasks.loader import TaskError, load_task
@@ -122,19 +123,13 @@ def start_fresh_process(module: str, args: Sequence[str], out_dir: Path, nproc: 
     (out_dir / RESULT_FILE).unlink(missing_ok=True)
     # Reproducible cuBLAS in the worker as in the runner: fixed before the worker loads torch.
     env = apply_spawn_env(dict(without_torchrun_env(os.environ), PYTHONUNBUFFERED="1"))
-    launch = [sys.executable, "-m", module]
+    command = module_command(module, args)
     if nproc > 1:
-        launch = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node",
-            str(nproc),
-        ]
-        launch += ["--max-restarts", "0", "--monitor-interval", "0.2", "-m", module]
+        torchrun = ["--standalone", "--nproc_per_node", str(nproc), "--max-restarts", "0"]
+        torchrun += ["--monitor-interval", "0.2", *torchrun_script(module), *args]
+        command = module_command("torch.distributed.run", torchrun)
     proc = subprocess.Popen(
-        [*launch, *args],
+        command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

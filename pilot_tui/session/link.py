@@ -18,13 +18,13 @@ import json
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from ..core import events as ev
+from ..core.launch import module_command
 
 STDERR_LINES = 40
 
@@ -89,7 +89,7 @@ class ProcessLink:
         self.close()
         env = dict(os.environ if self._env is None else self._env, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pilot_tui.runner.main"],
+            module_command("pilot_tui.runner.main"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

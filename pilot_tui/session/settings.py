@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 PREFIX = "PILOT_TUI_"
+# `PILOT_TUI_*` variables that are no timeout, read where they are used.
+OTHER_VARIABLES = ("PILOT_TUI_LAUNCHER",)  # core/launch.py
 
 
 class SettingsError(ValueError):
@@ -47,7 +49,7 @@ class Settings:
         names = {env_name(f.name): f.name for f in dataclasses.fields(cls)}
         values: dict[str, float] = {}
         for var, text in env.items():
-            if not var.startswith(PREFIX):
+            if not var.startswith(PREFIX) or var in OTHER_VARIABLES:
                 continue
             if var not in names:
                 close = difflib.get_close_matches(var, names, n=1)

@@ -93,10 +93,11 @@ def test_stdin_reads_and_hung_phases_end_in_rows(tmp_path: Path) -> None:
 
 
 def test_a_runner_that_sends_nothing_is_killed_after_the_silence_the_environment_sets(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, plain_spawn
 ) -> None:
     """A stopped runner (here SIGSTOP; in life a whole process stuck) sends not even its counters:
-    after `PILOT_TUI_SILENCE_S`, read when the session starts, it is killed and the step has a row."""
+    after `PILOT_TUI_SILENCE_S`, read when the session starts, it is killed and the step has a row.
+    A plain process: a launcher in the runner's place would be the one stopped."""
     spec = hang_campaign(tmp_path, ["sleep"], time_s=0)  # no ceiling: only the silence ends it
     monkeypatch.setenv("PILOT_TUI_SILENCE_S", "1.5")
     session = Session(spec, tmp_path / "records")

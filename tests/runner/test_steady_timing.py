@@ -104,12 +104,8 @@ def test_an_unreachable_target_ends_at_the_budget_and_says_the_precision_reached
     assert 0 <= d["runqueue_share"] <= 1  # the load it ran under, measured
 
 
-def test_a_slowdown_the_run_queue_cannot_see_is_caught_by_the_reference_around_the_loop(tmp_path):
-    # Another thread of this process starts spinning in Python once the timed loop has begun:
-    # the loop's thread now waits for the GIL, not for a CPU, so the run queue shows nothing —
-    # as it shows nothing when a VM's host slows its vCPUs. The reference workload timed after
-    # the loop runs under it; the one timed before did not.
-    ctx, _ = context(tmp_path)
+def slowed_steady(ctx):
+    """steady, with another thread of this process spinning in Python from its first progress."""
     stop, hog = threading.Event(), None
 
     def spin() -> None:
@@ -127,14 +123,29 @@ def test_a_slowdown_the_run_queue_cannot_see_is_caught_by_the_reference_around_t
 
     ctx.emit = emit
     try:
-        d = steady(ctx, steady_updates=10, steady_precision=0.0)["details"]
+        return steady(ctx, steady_updates=10, steady_precision=0.0)["details"], hog
     finally:
         stop.set()
         if hog is not None:
             hog.join()
-    before, after = d["speed_reference_s"]
+
+
+def test_a_slowdown_the_run_queue_cannot_see_is_caught_by_the_reference_around_the_loop(tmp_path):
+    # Another thread of this process starts spinning in Python once the timed loop has begun:
+    # the loop's thread now waits for the GIL, not for a CPU, so the run queue shows nothing —
+    # as it shows nothing when a VM's host slows its vCPUs. The reference workload timed after
+    # the loop runs under it; the one timed before did not.
+    # The workload timed before the loop runs on a machine other tests load too: a neighbour's
+    # burst there can outweigh the hog. Up to three tries; a reference that misses the hog misses
+    # it every time.
+    ctx, _ = context(tmp_path)
+    for _attempt in range(3):
+        d, hog = slowed_steady(ctx)
+        before, after = d["speed_reference_s"]
+        moved = speed_moved([before, after])
+        if before < after and moved >= SPEED_MOVED_FLOOR:
+            break
     assert hog is not None and 0 < before < after
-    moved = speed_moved([before, after])
     assert moved >= SPEED_MOVED_FLOOR, (before, after)
     assert any(f"speed moved {moved:.0%} while steady was timed" in n for n in d["notes"]), d["notes"]
     span = step_range(d)

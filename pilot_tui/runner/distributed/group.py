@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ...core.events import json_restored
+from ...core.launch import module_command, torchrun_script
 from ...core.reasons import first_line
 from ...core.verdict import FAIL
 from ..determinism import apply_spawn_env
@@ -528,7 +528,7 @@ def torchrun_command(
 ) -> list[str]:
     """torchrun of one node's ranks: standalone on one node, else the c10d rendezvous at
     `endpoint`, whose store the dashboard's runner hosts (`is_host=0` on every node)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    cmd: list[str] = []
     if launch["nnodes"] > 1:
         cmd += [
             "--nnodes",
@@ -551,8 +551,7 @@ def torchrun_command(
         "0",
         "--monitor-interval",
         "0.2",
-        "-m",
-        "pilot_tui.runner.distributed.rank",
+        *torchrun_script("pilot_tui.runner.distributed.rank"),
         "--spec",
         str(spec_path),
         "--spec-sha256",
@@ -576,7 +575,7 @@ def torchrun_command(
         cmd += ["--store-host", host.strip("[]"), "--store-port", port, "--store-prefix", launch["prefix"]]
     else:
         cmd += ["--store-port", str(launch["store_port"])]
-    return cmd
+    return module_command("torch.distributed.run", cmd)
 
 
 def _unused_log(work_dir: Path) -> Path:
