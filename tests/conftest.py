@@ -48,6 +48,15 @@ FAST = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compiled modules are cached (`__pycache__`, git-ignored) even where the environment says
+    PYTHONDONTWRITEBYTECODE: this runs in the main process before pytest-xdist starts its workers,
+    which then keep pytest's rewritten test modules, and every runner process of the suite
+    (hundreds) loads pilot_tui compiled once instead of compiling ~150 modules itself."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules that hold a `slow` test run first, each whole on one worker (`--dist loadscope`
     in pyproject's addopts): a 60 s module that starts last keeps the other worker idle at the end,

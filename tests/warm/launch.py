@@ -27,22 +27,33 @@ import socket
 import sys
 
 WARM_DIR_ENV = "TESTS_WARM_DIR"
-# The variables read when torch (or what it loads: OpenMP, the allocator) and Python start.
-KEY_PREFIXES = ("OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "LD_", "MALLOC_")
-KEY_PREFIXES += ("PYTHON", "LANG", "LC_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "CUDA_", "NCCL_")
-# Read later than import, so a child that sets them before use gets them: the stdio buffering
-# (rebuilt in the child), cuBLAS's workspace (read when its first handle is made) and torchrun's
-# per-rank bookkeeping.
-KEY_EXEMPT = ("PYTHONUNBUFFERED", "CUBLAS_WORKSPACE_CONFIG", "TORCHELASTIC_")
+# The variables read when Python starts and when what a warm process imports (torch and
+# torch._dynamo: their own settings, OpenMP's thread count, the loader, the allocator) loads.
+# Anything imported later (transformers, CUDA at its first use) reads the child's environment.
+KEY_PREFIXES = ("PYTHON", "LANG", "LC_", "LD_", "MALLOC_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_")
+KEY_PREFIXES += ("TORCH", "PYTORCH_")
+# Of those, read later than import, so a child that has them set gets them: the stdio buffering
+# (rebuilt in the child), torchrun's per-rank bookkeeping, NCCL's error handling (read when a
+# group is made), inductor's cache folder (set by torch itself once it has imported inductor).
+KEY_EXEMPT = (
+    "PYTHONUNBUFFERED",
+    "TORCHELASTIC_",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "TORCHINDUCTOR_CACHE_DIR",
+)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def key_items(env: dict[str, str]) -> list[tuple[str, str]]:
+    """The variables of `env` a warm process must have been started with to serve it."""
+    return sorted(
+        (k, v) for k, v in env.items() if k.startswith(KEY_PREFIXES) and not k.startswith(KEY_EXEMPT)
+    )
 
 
 def env_key(env: dict[str, str]) -> str:
     """Which warm process may serve this environment."""
-    items = sorted(
-        (k, v) for k, v in env.items() if k.startswith(KEY_PREFIXES) and not k.startswith(KEY_EXEMPT)
-    )
-    return hashlib.sha1(json.dumps(items).encode()).hexdigest()[:16]
+    return hashlib.sha1(json.dumps(key_items(env)).encode()).hexdigest()[:16]
 
 
 def plain(module: str, args: list[str]) -> None:

@@ -19,7 +19,10 @@ import pytest
 
 CHILD = """
 import json, os, random, signal, sys, time
-import torch
+mode = sys.argv[1]
+# torch (imported by the warm process already) only where its seed is compared: the plain runs
+# this is compared with would import it for seconds.
+torch = __import__("torch") if mode == "seed" else None
 
 def on_term(signum, frame):
     print("term", flush=True)
@@ -29,11 +32,14 @@ signal.signal(signal.SIGTERM, on_term)
 line = sys.stdin.readline().strip()
 print(json.dumps({
     "pid": os.getpid(), "argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0],
-    "mark": os.environ.get("WARM_TEST_MARK"), "line": line, "torch_seed": torch.initial_seed(),
-    "random": random.random(), "stdout_name": sys.stdout.name, "threads": torch.get_num_threads(),
+    "mark": os.environ.get("WARM_TEST_MARK"), "line": line, "random": random.random(),
+    "torch_seed": torch.initial_seed() if torch else None, "stdout_name": sys.stdout.name,
+    "threads": torch.get_num_threads() if torch else None,
+    "buffered": sys.stdout.line_buffering or not sys.stdout.write_through,
 }), flush=True)
 print("to stderr", file=sys.stderr)
-mode = sys.argv[1]
+if mode == "seed":
+    sys.exit(0)
 if mode == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
 if mode == "wait":
@@ -93,16 +99,18 @@ def test_a_warm_child_is_python_dash_m_for_its_caller(tmp_path: Path) -> None:
         warm_code, warm, warm_err = run(tmp_path, words, mode)
         plain_code, cold, cold_err = run(tmp_path, plain, mode)
         assert warm_code == plain_code == code, mode
-        for key in ("argv", "cwd", "path0", "mark", "line", "stdout_name", "threads"):
+        for key in ("argv", "cwd", "path0", "mark", "line", "stdout_name", "buffered"):
             assert warm[key] == cold[key], key
         assert warm["argv"] == [mode] and warm["line"] == "hello" and warm["path0"] == str(tmp_path)
         assert warm_err.splitlines()[0] == cold_err.splitlines()[0] == "to stderr"
         if mode == "raise":
             assert warm_err.splitlines()[-1] == cold_err.splitlines()[-1] == "RuntimeError: boom"
     # It was forked (not the launcher's own pid, as an exec would be), and seeded anew.
-    first, second = run(tmp_path, words, "0")[1], run(tmp_path, words, "0")[1]
+    first, second = run(tmp_path, words, "seed")[1], run(tmp_path, words, "seed")[1]
     assert first["pid"] != second["pid"]
     assert first["torch_seed"] != second["torch_seed"] and first["random"] != second["random"]
+    # torch's thread count, fixed when OpenMP loads in the warm process, is what a plain start gets.
+    assert first["threads"] == run(tmp_path, plain, "seed")[1]["threads"]
 
 
 def test_signals_reach_the_child_and_a_killed_launcher_takes_it_along(tmp_path: Path) -> None:

@@ -94,11 +94,12 @@ def become_child(request: dict[str, Any], fds: list[int], closing: list[int]) ->
 
 def serve(warm_dir: str, key: str) -> dict[str, Any]:
     """Fork children until the owner exits; returns only in a child, with its request."""
-    from launch import env_key  # beside this file: sys.path[0]
+    from launch import env_key, key_items  # beside this file: sys.path[0]
 
     if env_key(dict(os.environ)) != key:
         log("started with another environment's key")
         sys.exit(1)
+    log(f"for {' '.join(f'{k}={v}' for k, v in key_items(dict(os.environ)))}")
     owner = os.pidfd_open(int(os.environ[OWNER_ENV]))
     for name in os.environ.get(PRELOAD_ENV, PRELOAD).split(","):
         if name:
@@ -156,7 +157,8 @@ def serve(warm_dir: str, key: str) -> dict[str, Any]:
             kind, pidfd = what
             pid, conn = children[pidfd]
             if kind == "exit":
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
+                log(f"ended {pid}: {usage.ru_utime + usage.ru_stime:.2f} s of CPU")
                 code = os.waitstatus_to_exitcode(status)
                 with_status = f"signal {-code}" if code < 0 else f"exit {code}"
                 if conn is not None:
