@@ -55,6 +55,29 @@ def pytest_configure(config: pytest.Config) -> None:
     (hundreds) loads pilot_tui compiled once instead of compiling ~150 modules itself."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+    if "PYTEST_XDIST_WORKER" not in os.environ and not compiled("torch"):
+        # Installed with `pip --no-compile` (README): the heavy imports are compiled here, once,
+        # before the workers start, rather than by all of them at the same time.
+        code = "import importlib\nfor m in HEAVY:\n    try: importlib.import_module(m)\n    except ImportError: pass"
+        subprocess.run([sys.executable, "-c", code.replace("HEAVY", repr(HEAVY_IMPORTS))], check=False)
+
+
+# What the workers import to collect the suite, and the runners to start (~3000 modules).
+HEAVY_IMPORTS = (
+    "torch",
+    "torch._dynamo",
+    "torch.distributed.run",
+    "textual.app",
+    "transformers.trainer",
+    "trl",
+)
+
+
+def compiled(package: str) -> bool:
+    """Whether the package's __init__ has its bytecode cached (pip compiles unless --no-compile)."""
+    spec = importlib.util.find_spec(package)
+    origin = spec.origin if spec else None
+    return origin is None or os.path.exists(importlib.util.cache_from_source(origin))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
