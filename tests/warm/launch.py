@@ -116,8 +116,11 @@ def main() -> None:
         start_warm(warm_dir, key)
         plain(module, args)
     request = {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd(), "key": key}
-    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
-    reply = conn.recv(256).decode()
+    try:
+        socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+        reply = conn.recv(256).decode()
+    except OSError:  # the warm process went away before it forked: start plain
+        reply = ""
     if not reply.startswith("pid "):
         conn.close()
         plain(module, args)
@@ -137,6 +140,8 @@ def main() -> None:
             status = conn.recv(256)
         except InterruptedError:
             continue
+        except OSError:
+            status = b""  # the warm process died, and with it the child
         mirror(status)
 
 

@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 from typing import Any
 
 PRELOAD_ENV = "TESTS_WARM_PRELOAD"
@@ -119,69 +120,86 @@ def serve(warm_dir: str, key: str) -> dict[str, Any]:
     children: dict[int, tuple[int, socket.socket | None]] = {}
     sys.stdout.flush()
     sys.stderr.flush()
-    while True:
-        for sel_key, _ in sel.select():
-            what = sel_key.data
-            if what == "owner":
-                sys.exit(0)
-            if what == "accept":
-                conn, _ = server.accept()
-                try:
-                    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-                    request = json.loads(data)
-                except (OSError, ValueError) as exc:
-                    log(f"unreadable request: {exc}")
-                    conn.close()
-                    continue
-                if request.get("key") != key or len(fds) != 3:
-                    conn.send(b"no: wrong environment")
-                    conn.close()
-                    for fd in fds:
-                        os.close(fd)
-                    continue
-                closing = [server.fileno(), owner, sel.fileno(), conn.fileno()]
-                closing += list(children) + [c.fileno() for _, c in children.values() if c is not None]
-                pid = os.fork()
-                if pid == 0:
-                    become_child(request, fds, closing)
-                    return request
+
+    def on_event(what: Any) -> dict[str, Any] | None:
+        """One ready file; in a new child, its request."""
+        if what == "owner":
+            sys.exit(0)
+        if what == "accept":
+            conn, _ = server.accept()
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                request = json.loads(data)
+            except (OSError, ValueError) as exc:
+                log(f"unreadable request: {exc}")
+                conn.close()
+                return None
+            if request.get("key") != key or len(fds) != 3:
+                conn.send(b"no: wrong environment")
+                conn.close()
                 for fd in fds:
                     os.close(fd)
-                pidfd = os.pidfd_open(pid)
-                children[pidfd] = (pid, conn)
-                sel.register(pidfd, selectors.EVENT_READ, ("exit", pidfd))
-                sel.register(conn, selectors.EVENT_READ, ("conn", pidfd))
-                conn.send(f"pid {pid}".encode())
-                log(f"forked {pid}: {request['module']}")
-                continue
-            kind, pidfd = what
-            pid, conn = children[pidfd]
-            if kind == "exit":
-                _, status, usage = os.wait4(pid, 0)
-                log(f"ended {pid}: {usage.ru_utime + usage.ru_stime:.2f} s of CPU")
-                code = os.waitstatus_to_exitcode(status)
-                with_status = f"signal {-code}" if code < 0 else f"exit {code}"
-                if conn is not None:
-                    with contextlib.suppress(OSError):  # the launcher may be gone
-                        conn.send(with_status.encode())
-                    sel.unregister(conn)
-                    conn.close()
-                sel.unregister(pidfd)
-                os.close(pidfd)
-                del children[pidfd]
-                continue
-            assert conn is not None
-            try:
-                msg = conn.recv(256).decode()
-            except OSError:
-                msg = ""
-            sig = int(msg.split()[1]) if msg.startswith("signal ") else signal.SIGKILL
-            if not msg:  # the launcher died: so does its child, as with PR_SET_PDEATHSIG
+                return None
+            closing = [server.fileno(), owner, sel.fileno(), conn.fileno()]
+            closing += list(children) + [c.fileno() for _, c in children.values() if c is not None]
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    become_child(request, fds, closing)
+                except BaseException:  # never back into the loop as a second server
+                    traceback.print_exc()
+                    os._exit(1)
+                return request
+            for fd in fds:
+                os.close(fd)
+            pidfd = os.pidfd_open(pid)
+            children[pidfd] = (pid, conn)
+            sel.register(pidfd, selectors.EVENT_READ, ("exit", pidfd, pid))
+            sel.register(conn, selectors.EVENT_READ, ("conn", pidfd, pid))
+            conn.send(f"pid {pid}".encode())
+            log(f"forked {pid}: {request['module']}")
+            return None
+        kind, pidfd, pid = what
+        if children.get(pidfd, (None, None))[0] != pid:
+            return None  # an event of this batch for a child ended earlier in the batch
+        conn = children[pidfd][1]
+        if kind == "exit":
+            _, status, usage = os.wait4(pid, 0)
+            log(f"ended {pid}: {usage.ru_utime + usage.ru_stime:.2f} s of CPU")
+            code = os.waitstatus_to_exitcode(status)
+            with_status = f"signal {-code}" if code < 0 else f"exit {code}"
+            if conn is not None:
+                with contextlib.suppress(OSError):  # the launcher may be gone
+                    conn.send(with_status.encode())
                 sel.unregister(conn)
                 conn.close()
-                children[pidfd] = (pid, None)
-            with contextlib.suppress(ProcessLookupError):  # it has just exited
-                signal.pidfd_send_signal(pidfd, sig)
+            sel.unregister(pidfd)
+            os.close(pidfd)
+            del children[pidfd]
+            return None
+        assert conn is not None
+        try:
+            msg = conn.recv(256).decode()
+        except OSError:
+            msg = ""
+        sig = int(msg.split()[1]) if msg.startswith("signal ") else signal.SIGKILL
+        if not msg:  # the launcher died: so does its child, as with PR_SET_PDEATHSIG
+            sel.unregister(conn)
+            conn.close()
+            children[pidfd] = (pid, None)
+        with contextlib.suppress(ProcessLookupError):  # it has just exited
+            signal.pidfd_send_signal(pidfd, sig)
+        return None
+
+    while True:
+        for sel_key, _ in sel.select():
+            try:
+                job = on_event(sel_key.data)
+            except Exception:  # one request's trouble must not end the others' children
+                log(traceback.format_exc())
+                continue
+            if job is not None:
+                return job
 
 
 if __name__ == "__main__":
