@@ -52,7 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Compiled modules are cached (`__pycache__`, git-ignored) even where the environment says
     PYTHONDONTWRITEBYTECODE: this runs in the main process before pytest-xdist starts its workers,
     which then keep pytest's rewritten test modules, and every runner process of the suite
-    (hundreds) loads pilot_tui compiled once instead of compiling ~150 modules itself."""
+    (over a hundred) loads pilot_tui compiled once instead of compiling ~150 modules itself."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
     if "PYTEST_XDIST_WORKER" not in os.environ and not compiled("torch"):
@@ -99,7 +99,7 @@ WARM = REPO / "tests" / "warm"
 @pytest.fixture(scope="session", autouse=True)
 def warm_processes() -> Iterator[None]:
     """pilot-tui's own processes start forked from one that imported torch already (tests/warm/):
-    torch and torch._dynamo cost ~5 s of CPU to import, and the suite starts hundreds of
+    torch and torch._dynamo cost ~5 s of CPU to import, and the suite starts over a hundred
     processes on 2 cores. Each test worker gets its own warm processes; they exit with it.
     TESTS_PLAIN_SPAWN=1 turns it off; `plain_spawn` does for one test."""
     if os.environ.get("TESTS_PLAIN_SPAWN"):
