@@ -118,6 +118,12 @@ def speed_moved(reference: Any) -> float:
     return max(values) / min(values) - 1 if len(values) >= 2 else 0.0
 
 
+def reported_speed_move(reference: Any) -> float:
+    """`speed_moved`, or 0.0 when it is within the reference's own noise (below the floor)."""
+    moved = speed_moved(reference)
+    return moved if moved >= SPEED_MOVED_FLOOR else 0.0
+
+
 @dataclass(frozen=True)
 class StepRange:
     """The per-update time a plan can quote: low ≤ mean ≤ high, seconds, and why it is that wide."""
@@ -154,8 +160,7 @@ def step_range(details: Mapping[str, Any]) -> StepRange | None:
     widen = share if on_cpu else 0.0
     # The loop ran somewhere between the reference's fastest and slowest speed: at either end of
     # it, a step would take (1 + moved) times less or more.
-    moved = speed_moved(details.get("speed_reference_s")) if on_cpu else 0.0
-    moved = moved if moved >= SPEED_MOVED_FLOOR else 0.0
+    moved = reported_speed_move(details.get("speed_reference_s")) if on_cpu else 0.0
     low = max(mean - ci, 0.0) * (1 - widen) / (1 + moved)
     high = (mean + ci) * (1 + widen) * (1 + moved)
     precision = ci / mean

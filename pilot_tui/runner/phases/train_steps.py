@@ -12,7 +12,7 @@ import torch
 
 from ...analysis import rank_data
 from ...analysis.loss_trend import loss_trend
-from ...analysis.step_time import SPEED_MOVED_FLOOR, MeanInterval, mean_interval, speed_moved, updates_needed
+from ...analysis.step_time import MeanInterval, mean_interval, reported_speed_move, updates_needed
 from ...core.verdict import WARN
 from .. import finiteness, objective_gate
 from ..context import RunContext
@@ -337,8 +337,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     if queue_share is not None:
         # The share of the loop the timing thread was ready but waited for a CPU: the load it ran under.
         details["runqueue_share"] = queue_share
-    moved = speed_moved(speed)
-    if moved >= SPEED_MOVED_FLOOR:
+    # On CUDA the step is timed by events on the device: the host's speed is not the step's.
+    moved = 0.0 if cuda else reported_speed_move(speed)
+    if moved:
         notes.append(
             f"the machine's speed moved {moved:.0%} while steady was timed (a fixed reference "
             f"workload took {min(speed) * 1e3:.2f}–{max(speed) * 1e3:.2f} ms before and after): "
