@@ -17,7 +17,6 @@ session (TESTS_WARM_OWNER) does; its children die with it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import io
 import json
@@ -31,6 +30,8 @@ import threading
 import traceback
 from typing import Any
 
+from launch import die_with_parent, env_key, key_items  # beside this file: sys.path[0]
+
 PRELOAD_ENV = "TESTS_WARM_PRELOAD"
 OWNER_ENV = "TESTS_WARM_OWNER"
 PRELOAD = "torch,torch._dynamo"
@@ -38,10 +39,6 @@ PRELOAD = "torch,torch._dynamo"
 
 def log(msg: str) -> None:
     print(f"zygote {os.getpid()}: {msg}", file=sys.stderr, flush=True)
-
-
-def die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def rebuild_stdio(env: dict[str, str]) -> None:
@@ -95,8 +92,6 @@ def become_child(request: dict[str, Any], fds: list[int], closing: list[int]) ->
 
 def serve(warm_dir: str, key: str) -> dict[str, Any]:
     """Fork children until the owner exits; returns only in a child, with its request."""
-    from launch import env_key, key_items  # beside this file: sys.path[0]
-
     if env_key(dict(os.environ)) != key:
         log("started with another environment's key")
         sys.exit(1)
