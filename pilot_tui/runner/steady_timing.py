@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..analysis.step_time import MeanInterval
+from ..analysis.step_time import MeanInterval, reported_speed_move, updates_needed
 from .context import RunContext
 from .distributed import state as dist_state
 from .training import TrainState
@@ -109,6 +110,82 @@ class StopRule:
         if elapsed_s >= self.budget_s:
             return "budget"
         return None
+
+
+def stop_rule(phases: Any, overrides: Mapping[str, Any], ceiling_s: float) -> StopRule:
+    """Steady's stopping rule from the campaign's `[phases]` and a variant's overrides."""
+    return StopRule(
+        minimum=int(overrides.get("steady_updates") or phases.steady_updates),
+        precision=float(overrides.get("steady_precision", phases.steady_precision)),
+        budget_s=budget_for(float(overrides.get("steady_budget_s", phases.steady_budget_s)), ceiling_s),
+        min_s=float(overrides.get("steady_min_s", phases.steady_min_s)),
+    )
+
+
+def expected_updates(rule: StopRule, interval: MeanInterval, n: int) -> int:
+    """The progress bar's total while timing: the minimum, or the updates the precision looks
+    like it needs at the spread seen so far."""
+    if rule.precision <= 0 or n < rule.minimum:
+        return max(rule.minimum, n)
+    return max(n + 1, min(updates_needed(interval, rule.precision), 100 * n))
+
+
+def timing_message(interval: MeanInterval, rule: StopRule) -> str:
+    """The progress bar's words while timing: how well the mean is known against the target."""
+    if rule.precision <= 0 or not math.isfinite(interval.precision):
+        return "timing"
+    return f"timing: mean step known to ±{interval.precision:.1%} (target ±{rule.precision:.0%})"
+
+
+def spread_details(times: list[float]) -> dict[str, float]:
+    """The single updates' spread (p10, p50, p90 of the per-update times; at least one)."""
+    ordered = sorted(times)
+    return {
+        "step_time_p50_s": ordered[len(ordered) // 2],
+        "step_time_p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+        "step_time_p10_s": ordered[int(0.1 * len(ordered))],
+    }
+
+
+def interval_details(
+    interval: MeanInterval, rule: StopRule, stopped: str | None, clock: str
+) -> dict[str, Any]:
+    """How well a steady row knows its mean step time: the keys `analysis/step_time.step_range`
+    (the plan's range) reads, whichever loop was timed."""
+    return {
+        "timed_updates": interval.n,
+        "step_s_mean": interval.mean_s,
+        "step_s_ci95": interval.ci95_s if math.isfinite(interval.ci95_s) else -1.0,
+        "step_s_precision": round(interval.precision, 5) if math.isfinite(interval.precision) else -1.0,
+        "step_s_precision_target": rule.precision,
+        "step_s_ci_method": interval.method,
+        "timing_stopped": stopped,
+        "timing_budget_s": rule.budget_s,
+        "timing_min_s": rule.min_s,
+        "timing_clock": clock,
+    }
+
+
+def timing_notes(
+    interval: MeanInterval, rule: StopRule, stopped: str | None, speed: list[float], cuda: bool
+) -> list[str]:
+    """What the row says about its timing in words: a machine whose speed moved while it was
+    timed (`runner/speed_reference.py`), a budget that ended timing short of its precision."""
+    notes = []
+    # On CUDA the step is the device's: the host's speed is not the step's.
+    moved = 0.0 if cuda else reported_speed_move(speed)
+    if moved:
+        notes.append(
+            f"the machine's speed moved {moved:.0%} while steady was timed (a fixed reference "
+            f"workload took {min(speed) * 1e3:.2f}–{max(speed) * 1e3:.2f} ms before and after): "
+            "its step time holds for a machine that fast to that slow, and the plan's range says so"
+        )
+    if stopped == "budget":
+        notes.append(
+            f"timing stopped at its {rule.budget_s:g} s budget with the mean step time known to "
+            f"±{interval.precision:.1%} (target ±{rule.precision:.0%}) over {interval.n} updates"
+        )
+    return notes
 
 
 def agree(reason: str | None) -> str | None:

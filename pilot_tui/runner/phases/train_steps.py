@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import time
 from typing import Any
@@ -12,7 +11,7 @@ import torch
 
 from ...analysis import rank_data
 from ...analysis.loss_trend import loss_trend
-from ...analysis.step_time import MeanInterval, mean_interval, reported_speed_move, updates_needed
+from ...analysis.step_time import mean_interval
 from ...core.verdict import WARN
 from .. import finiteness, objective_gate
 from ..context import RunContext
@@ -22,13 +21,17 @@ from ..speed_reference import reference_s
 from ..steady_timing import (
     PROGRESS_PERIOD_S,
     LossTap,
-    StopRule,
     UpdateClock,
     agree,
-    budget_for,
+    expected_updates,
     host_feed,
+    interval_details,
     runqueue_clock,
     runqueue_share,
+    spread_details,
+    stop_rule,
+    timing_message,
+    timing_notes,
 )
 from ..training import TrainState, UpdateStats, train_update
 from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
@@ -210,20 +213,6 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     return Outcome(details=details)
 
 
-def _expected_updates(rule: StopRule, interval: MeanInterval, n: int) -> int:
-    """The progress bar's total while timing: the minimum, or the updates the precision looks
-    like it needs at the spread seen so far."""
-    if rule.precision <= 0 or n < rule.minimum:
-        return max(rule.minimum, n)
-    return max(n + 1, min(updates_needed(interval, rule.precision), 100 * n))
-
-
-def _timing_message(interval: MeanInterval, rule: StopRule) -> str:
-    if rule.precision <= 0 or not math.isfinite(interval.precision):
-        return "timing"
-    return f"timing: mean step known to ±{interval.precision:.1%} (target ±{rule.precision:.0%})"
-
-
 # Data wait per update below which a CPU steady row does not warn (see steady()).
 CPU_WAIT_FLOOR_S = 0.005
 
@@ -241,14 +230,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     # cache emptied there (and lazy kernel loading on CUDA); the timed ones are the steady ones.
     warmup = _update(ctx, run, state)
     p, ov = ctx.spec.phases, run.overrides
-    rule = StopRule(
-        minimum=int(ov.get("steady_updates") or p.steady_updates),
-        precision=float(ov.get("steady_precision", p.steady_precision)),
-        budget_s=budget_for(
-            float(ov.get("steady_budget_s", p.steady_budget_s)), ctx.spec.limit_for("steady").time_s
-        ),
-        min_s=float(ov.get("steady_min_s", p.steady_min_s)),
-    )
+    rule = stop_rule(p, ov, ctx.spec.limit_for("steady").time_s)
     taken = state.step  # updates already taken: a failure is named by the campaign's update number
     losses: list[Any] = []
     examples, tokens = 0, 0
@@ -287,8 +269,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
                 # On a clock, not per update: each event is serialised, piped and drawn.
                 next_progress = now + PROGRESS_PERIOD_S
                 tap.offer(stats.loss)
-                total = n if stopped is not None else _expected_updates(rule, interval, n)
-                ctx.progress(run.step.key, n, total, tap.latest(), _timing_message(interval, rule))
+                total = n if stopped is not None else expected_updates(rule, interval, n)
+                ctx.progress(run.step.key, n, total, tap.latest(), timing_message(interval, rule))
     finally:
         feed.close()
     synchronize(ctx.device)
@@ -299,26 +281,14 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     interval = mean_interval(times)
     timed = interval.mean_s * n  # the timed loop's total: throughput and shares divide the same figure
     values = torch.stack(losses).tolist() if cuda else losses  # one copy to the host, not one per update
-    ordered = sorted(times)
     details = {
         "updates": n,
         "warmup_updates": 1,
         # The plan's mean: every timed update's wall time, its data wait included.
         "step_time_s": interval.mean_s,
-        "step_time_p50_s": ordered[len(ordered) // 2],
-        "step_time_p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
-        "step_time_p10_s": ordered[int(0.1 * len(ordered))],
+        **spread_details(times),
         # How well the mean is known (analysis/step_time.py: the plan's range reads these).
-        "timed_updates": n,
-        "step_s_mean": interval.mean_s,
-        "step_s_ci95": interval.ci95_s if math.isfinite(interval.ci95_s) else -1.0,
-        "step_s_precision": round(interval.precision, 5) if math.isfinite(interval.precision) else -1.0,
-        "step_s_precision_target": rule.precision,
-        "step_s_ci_method": interval.method,
-        "timing_stopped": stopped,
-        "timing_budget_s": rule.budget_s,
-        "timing_min_s": rule.min_s,
-        "timing_clock": "cuda events" if cuda else "host",
+        **interval_details(interval, rule, stopped, "cuda events" if cuda else "host"),
         **load_details(load_before, machine_load()),
         # A fixed CPU workload's seconds just before and after the loop: did the machine's speed
         # move while it was timed (runner/speed_reference.py)?
@@ -337,19 +307,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     if queue_share is not None:
         # The share of the loop the timing thread was ready but waited for a CPU: the load it ran under.
         details["runqueue_share"] = queue_share
-    # On CUDA the step is timed by events on the device: the host's speed is not the step's.
-    moved = 0.0 if cuda else reported_speed_move(speed)
-    if moved:
-        notes.append(
-            f"the machine's speed moved {moved:.0%} while steady was timed (a fixed reference "
-            f"workload took {min(speed) * 1e3:.2f}–{max(speed) * 1e3:.2f} ms before and after): "
-            "its step time holds for a machine that fast to that slow, and the plan's range says so"
-        )
-    if stopped == "budget":
-        notes.append(
-            f"timing stopped at its {rule.budget_s:g} s budget with the mean step time known to "
-            f"±{interval.precision:.1%} (target ±{rule.precision:.0%}) over {n} updates"
-        )
+    notes += timing_notes(interval, rule, stopped, speed, cuda)
     if state.scaler.is_enabled():
         # fp16: a step the scaler skipped (inf/NaN gradients) was timed but moved no weight.
         details["scaler_skipped_updates"] = sum(bool(x) for x in skips)

@@ -24,7 +24,7 @@ from ..distributed.launcher import resolve_world
 from ..probes import _vm_hwm_bytes
 
 # Imported for their @body registrations.
-from . import board, data_gates, engine_gates, fit_gate, resume_gate  # noqa: F401
+from . import board, data_gates, engine_gates, fit_gate, resume_gate, steady_gate  # noqa: F401
 from .adapter import adapt
 from .capture import CaptureError, capture
 from .estimate import trainer_optimizer

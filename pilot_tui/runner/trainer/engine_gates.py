@@ -1,5 +1,5 @@
-"""The engine gates on a captured trainer: its own `train()` for the first and the steady
-updates (after the accumulation check), `evaluate()` on the longest rows, its own checkpoint,
+"""The engine gates on a captured trainer: its own `train()` for the first update (after the
+accumulation check; steady is `steady_gate.py`), `evaluate()` on the longest rows, its own checkpoint,
 `save_model` and the reload of what it exported."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ...analysis.loss_trend import loss_trend
 from ...core.hashing import sha256_file
 from ...core.verdict import PASS, WARN
 from ..context import RunContext
@@ -22,7 +21,6 @@ from ..distributed import state as dist_state
 from ..fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
 from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.load import tensor_mb
-from ..phases.train_steps import load_details, machine_load
 from . import fresh_variant, loop, replay
 from .ranks import require_agreement
 from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
@@ -115,46 +113,6 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         f"microbatches gives the same gradient ({check.grad_rel_diff:.1e} apart)",
         details,
     )
-
-
-@body("steady")
-@configured
-def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
-    """The trainer's own train() for 1 + N updates; the first (warm-up) is not timed."""
-    trainer = trainer_of(ctx)
-    require_agreement(ctx)
-    n = int(run.overrides.get("steady_updates") or ctx.spec.phases.steady_updates)
-    probe = probe_for(ctx, run)
-    run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "updates": n + 1}
-    load_before = machine_load()
-    t0 = time.perf_counter()
-    loop.train_steps(trainer, n + 1, probe)
-    total = time.perf_counter() - t0
-    times = probe.step_times()[1:]
-    losses = [r.get("loss", math.nan) for r in probe.ordered()]
-    ordered = sorted(times)
-    details: dict[str, Any] = {
-        "updates": n,
-        "warmup_updates": 1,
-        "step_time_s": sum(times) / len(times) if times else math.nan,
-        "step_time_p50_s": ordered[len(ordered) // 2] if ordered else math.nan,
-        "step_time_p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))] if ordered else math.nan,
-        "train_s": total,
-        "loss_first": losses[0],
-        "loss_last": losses[-1],
-        "losses": losses,
-        "lrs": [r.get("learning_rate") for r in probe.ordered()],
-        "timed": "between consecutive step ends of the trainer's own loop (data, forward, backward, optimizer, logging)",
-        # The thread count, the cores and the load the times hold at (the plan's caveats read them).
-        **load_details(load_before, machine_load()),
-    }
-    bad = next((i for i, v in enumerate(losses) if not finite(v)), None)
-    if bad is not None:
-        raise PhaseFailure(f"non-finite loss at steady update {bad + 1}", details)
-    trend = loss_trend(losses)
-    if not trend.fell:
-        return Outcome(WARN, trend.said(len(losses)), details)
-    return Outcome(PASS, f"{n} timed updates, {details['step_time_s'] * 1000:.1f} ms each", details)
 
 
 def _subset(ds: Any, rows: list[int]) -> Any:

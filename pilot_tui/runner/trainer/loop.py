@@ -58,14 +58,20 @@ def fresh_optimizer(trainer: Any) -> None:
     trainer.optimizer, trainer.lr_scheduler = None, None
 
 
-def train_steps(trainer: Any, steps: int, probe: StepProbe, resume: str | None = None) -> Any:
-    """The trainer's own `train()` for exactly `steps` updates (its scheduler built for them)."""
+def train_steps(
+    trainer: Any, steps: int, probe: StepProbe, resume: str | None = None, callbacks: Sequence[Any] = ()
+) -> Any:
+    """The trainer's own `train()` for `steps` updates (its scheduler built for them); `callbacks`
+    run after the probe at each event (a callback may stop the loop sooner)."""
     trainer.args.max_steps = steps
-    trainer.add_callback(probe)
+    added = [probe, *callbacks]
+    for cb in added:
+        trainer.add_callback(cb)
     try:
         return trainer.train(resume_from_checkpoint=resume)
     finally:
-        trainer.remove_callback(probe)
+        for cb in added:
+            trainer.remove_callback(cb)
 
 
 def checkpointing(args: Any) -> bool:

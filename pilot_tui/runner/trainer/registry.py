@@ -2,7 +2,7 @@
 
 Same phase names and rows as any campaign (the phase table is unchanged); `BODIES` replaces the
 registered bodies for a campaign whose task is a `trainer_script` (`RunContext.bodies`). The
-bodies live in `data_gates.py`, `engine_gates.py`, `resume_gate.py` and `board.py`; what each
+bodies live in `data_gates.py`, `engine_gates.py`, `steady_gate.py`, `resume_gate.py` and `board.py`; what each
 runs: docs/trainer.md.
 """
 

@@ -52,8 +52,8 @@ def apply_pilot_settings(trainer: Any, output_dir: Path) -> list[str]:
     _set(args, changes, "report_to", [], "no reporting integration")
     _set(args, changes, "disable_tqdm", True)
     changes.append(
-        f"max_steps: {args.max_steps!r} -> set by each gate (first_step 1, steady 1 + phases.steady_updates, "
-        "resume resume.k + resume.n)"
+        f"max_steps: {args.max_steps!r} -> set by each gate (first_step 1, steady the run's own length, "
+        "timed until its precision; resume resume.k + resume.n)"
     )
     for cb in integration_callbacks(trainer):
         trainer.remove_callback(cb)
