@@ -28,6 +28,8 @@ class Accounting:
     incomplete_batch: str
     incomplete_examples: int
     note: str
+    # Whether an epoch's incomplete last batch is dropped (the plan recounts a run with it).
+    drop_last: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,5 +100,6 @@ def account(
         updates_per_epoch=per_epoch,
         incomplete_batch=incomplete,
         incomplete_examples=remainder,
+        drop_last=drop_last,
         note=note,
     )

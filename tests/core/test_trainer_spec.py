@@ -164,3 +164,24 @@ def test_a_missing_script_is_named(tmp_path):
     path = _write(tmp_path, GOOD, script=False)
     with pytest.raises(SpecError, match=r"line 5: task.trainer_script: no such file 'train.py'"):
         load_spec(path)
+
+
+def test_the_plan_reads_a_trainer_campaigns_batch_from_the_record(tmp_path):
+    """The file's batch is placeholders: the plan takes the trainer's own from `accounting`,
+    and ignores what is not a count (a hand-edited record)."""
+    from pilot_tui.analysis.plan.inputs import spec_of
+
+    _write(tmp_path, GOOD)
+    accounting = {"microbatch": 4, "accumulation": 2, "hold": "epochs", "updates": 11, "epochs": 1.0}
+    record = {"campaign": {"spec_text": GOOD, "spec_path": str(tmp_path / "campaign.toml")}}
+    b = spec_of(record | {"accounting": accounting | {"drop_last": False}}).batch
+    assert (b.microbatch, b.accumulation, b.hold, b.updates, b.epochs, b.drop_last) == (
+        4,
+        2,
+        "epochs",
+        11,
+        1,
+        False,
+    )
+    hostile = {"microbatch": True, "accumulation": "2", "hold": "days", "updates": -3, "epochs": 0.5}
+    assert spec_of(record | {"accounting": hostile}).batch == spec_of(record).batch

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -25,7 +26,8 @@ def plain(tiny, tmp_path_factory):
         "plain_trainer.py",
         _args(tiny),
         replay={"inputs": ["rev: abc ="]},
-        phases={"steady_updates": 3},  # the estimate included
+        # The estimate included; steady timed as a user's campaign times it, to a (loose) precision.
+        phases={"steady_updates": 3, "steady_precision": 0.5, "steady_min_s": 0.0, "steady_budget_s": 3.0},
         variants=[
             # Memory variants by changing trainer.args in place (the effective batch kept: 2 × 4).
             {"id": "mb2", "microbatch": 2},
@@ -186,3 +188,43 @@ def test_steady_says_the_threads_cores_and_load_its_times_hold_at(plain):
     caveats = "\n".join(plain.record["plan"]["caveats"])
     threads = d["torch_threads"]
     assert f"({threads} thread{'s' * (threads != 1)} on {os.cpu_count()} cores)" in caveats, caveats
+
+
+def test_steady_times_the_trainers_loop_to_its_precision(plain):
+    d = plain.row("steady")["details"]
+    assert d["timing_stopped"] in ("precision", "budget"), d["notes"]
+    assert d["timed_updates"] == d["updates"] >= 3 and d["step_s_precision_target"] == 0.5
+    if d["timing_stopped"] == "precision":
+        assert 0 < d["step_s_precision"] <= 0.5
+    assert d["step_s_mean"] == pytest.approx(d["step_time_s"]) and d["step_s_ci95"] > 0
+    assert d["step_time_p10_s"] <= d["step_time_p50_s"] <= d["step_time_p90_s"]
+    # The fixed reference workload, timed on both sides of train().
+    assert len(d["speed_reference_s"]) == 2 and min(d["speed_reference_s"]) > 0
+    assert 0 <= d["runqueue_share"] <= 1 and d["timing_clock"] == "host"
+    # The plan's range is the interval, not the spread of single steps.
+    (control,) = [o for o in plain.record["plan"]["package"]["order"] if o["id"] == "control"]
+    span = control["interval"]
+    assert span["step_mean_s"] == d["step_s_mean"] and span["step_precision"] == pytest.approx(
+        d["step_s_precision"], abs=1e-5
+    )
+    assert f"at 95 % confidence over {d['timed_updates']} timed updates" in span["step_caveat"]
+
+
+def test_the_plan_counts_the_scripts_own_run(plain):
+    """The campaign file declares no batch: the plan plans the script's run (1 epoch of its rows
+    at its batch), as the runner read it from the trainer's args, not the file's placeholders."""
+    acc = plain.record["accounting"]
+    assert acc["hold"] == "epochs" and acc["epochs"] == 1 and acc["updates"] == acc["updates_per_epoch"] > 1
+    (control,) = [o for o in plain.record["plan"]["package"]["order"] if o["id"] == "control"]
+    assert control["updates"] == acc["updates"] and control["epochs"] == 1.0
+    assert plain.row("steady")["details"]["max_steps"] == acc["updates"]
+
+
+def test_steady_runs_the_schedule_of_the_scripts_own_run(plain):
+    """max_steps is the run's length, so the LR is the real run's first updates': the script's
+    cosine schedule with 2 warm-up steps, over max_steps (not over the few updates timed)."""
+    d = plain.row("steady")["details"]
+    m, lrs = d["max_steps"], d["lrs"]
+    assert m > 1 + d["updates"] and len(lrs) == 1 + d["updates"]
+    # Two updates past the warm-up: lr · ½(1 + cos(π·k / (m − 2))) for k = 0 and 1.
+    assert lrs[3] / lrs[2] == pytest.approx((1 + math.cos(math.pi / (m - 2))) / 2, rel=1e-6)

@@ -9,7 +9,7 @@ missing or mistyped field reads as absent, never as a made-up figure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,30 @@ def spec_of(data: Mapping[str, Any]) -> CampaignSpec:
             raise SpecError("the record holds no campaign spec (campaign.spec_text)")
         spec_text = tomli_w.dumps(raw)
     path = Path(text(campaign, "spec_path") or "campaign.toml")
-    return parse_spec(spec_text, path).spec
+    return trainer_batch_of(parse_spec(spec_text, path).spec, data.get("accounting"))
+
+
+def trainer_batch_of(spec: CampaignSpec, accounting: Any) -> CampaignSpec:
+    """A trainer campaign's file declares no batch: the trainer's own (its per-device batch,
+    accumulation, run length), which the runner read from its args, is the record's
+    `accounting`. The plan must count the script's run, not the file's placeholders."""
+    if not spec.task.trainer_script or not isinstance(accounting, Mapping):
+        return spec
+    found: dict[str, Any] = {}
+    for key in ("microbatch", "accumulation", "updates", "epochs"):
+        value = accounting.get(key)
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and value >= 1
+            and value == int(value)
+        ):
+            found[key] = int(value)
+    if accounting.get("hold") in ("updates", "epochs"):
+        found["hold"] = accounting["hold"]
+    if isinstance(accounting.get("drop_last"), bool):
+        found["drop_last"] = accounting["drop_last"]
+    return replace(spec, batch=replace(spec.batch, **found))
 
 
 def all_rows(data: Mapping[str, Any]) -> list[PhaseRow]:

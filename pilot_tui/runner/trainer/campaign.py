@@ -111,9 +111,12 @@ def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest
     # Under [distributed] each update takes microbatch × accumulation rows on every rank.
     world = max(1, loaded.spec.batch.replicas)
     per_epoch = max(1, math.ceil(train_examples / max(1, micro * acc * world)))
-    updates = (
-        a.max_steps if a.max_steps and a.max_steps > 0 else math.ceil(per_epoch * float(a.num_train_epochs))
-    )
+    by_steps = bool(a.max_steps and a.max_steps > 0)
+    updates = a.max_steps if by_steps else math.ceil(per_epoch * float(a.num_train_epochs))
+    # Run by epochs, the trainer derives its updates from the batch (a variant's too): the
+    # epochs are what the run holds. A fraction of an epoch is held as its count of updates.
+    epochs = float(a.num_train_epochs)
+    by_epochs = not by_steps and epochs >= 1 and epochs == int(epochs)
     batch = dataclasses.replace(
         loaded.spec.batch,
         microbatch=micro,
@@ -121,6 +124,8 @@ def trainer_batch(loaded: LoadedSpec, trainer: Any, train_examples: int, longest
         # The rows arrive tokenised (and cut) by the script: the longest one is the max length.
         max_length=longest,
         updates=max(1, int(updates)),
+        hold="epochs" if by_epochs else "updates",
+        epochs=int(epochs) if by_epochs else loaded.spec.batch.epochs,
         precision=precision_of(a),
         activation_checkpointing=checkpointing(a),
         drop_last=bool(a.dataloader_drop_last),
