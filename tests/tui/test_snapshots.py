@@ -6,13 +6,23 @@ Regenerate after a deliberate change: `pytest tests/tui/test_snapshots.py --snap
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 import pytest
+from pytest_textual_snapshot import SVGImageExtension
 from textual.pilot import Pilot
 
 from pilot_tui.core.events import PhaseProgress, PhaseStarted, RunUpdate
+from pilot_tui.session.driver import replay_session
 from pilot_tui.tui.app import PilotApp
 from pilot_tui.tui.messages import PhaseProgressMsg, PhaseStartedMsg, RunUpdateMsg
+from pilot_tui.tui.nvml import NvmlProbe
 
+from .conftest import CAMPAIGN, RECORDING
+from .fake_nvml import FakeNvml
 from .waiting import wait_for
 
 PANES = {"gates": "1", "batch": "2", "counters": "3", "board": "4", "plan": "5"}
@@ -32,10 +42,7 @@ def replayed_to_the_end(app: PilotApp, key: str):
         await wait_for(pilot, lambda: app.nvml_snapshot is not None, "an NVML sample")
         # The cursor followed the running steps as far as the redraws saw them (timing): put it
         # on the first row, so the frame is the same on every machine.
-        await pilot.press("ctrl+home", key)
-        await wait_for(pilot, lambda: not app.dirty & {app.tabs.active}, "the pane to be drawn")
-        await wait_for(pilot, lambda: not app.board_pane.plot_pending, "the curves, a frame after")
-        await pilot.pause()
+        await switched_to(app, key)(pilot)
 
     return run_before
 
@@ -60,6 +67,55 @@ def stopped_mid_run(app: PilotApp, key: str):
             app.post_message(RunUpdateMsg(RunUpdate("lr2e-4-s0-1", update, loss, None, "running")))
         await wait_for(pilot, lambda: app.gates[LIVE_RUN].done == 66, "the progress")
         await wait_for(pilot, lambda: len(app.live_runs["lr2e-4-s0-1"]["losses"]) == 66, "the live points")
+        await live_switch(app, key)(pilot)
+
+    return run_before
+
+
+async def _frame(pilot: Pilot) -> str:
+    """The screenshot as `snap_compare` takes it (textual._doc.take_svg_screenshot)."""
+    await pilot.pause()
+    await pilot.press()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+    return pilot.app.export_screenshot(title=pilot.app.title, simplify=True)
+
+
+def _frames(app: PilotApp, size: tuple[int, int], keys: list[str], reach) -> dict[str, str]:
+    """One replay, then a frame of each pane in turn: a replay costs seconds, a frame does not.
+    Each pane is shown after the ones before it, so a frame also checks that a switch leaves
+    nothing of the pane it left."""
+    frames: dict[str, str] = {}
+
+    async def auto_pilot(pilot: Pilot) -> None:
+        for key in keys:
+            await reach(app, key)(pilot)
+            frames[key] = await _frame(pilot)
+        app.exit()
+
+    app.run(headless=True, auto_pilot=auto_pilot, size=size)
+    return frames
+
+
+def again(step, switch=None):
+    """A `run_before` that, after its first pane, only switches (the replay already ran)."""
+    done: list[str] = []
+
+    def reach(app: PilotApp, key: str):
+        if not done:
+            done.append(key)
+            return step(app, key)
+        return (switch or switched_to)(app, key)
+
+    return reach
+
+
+def live_switch(app: PilotApp, key: str):
+    """To a pane while the LR run of `stopped_mid_run` trains."""
+
+    async def run_before(pilot: Pilot) -> None:
         await pilot.press(key)
         await wait_for(pilot, lambda: app.tabs.active == ("gates" if key == "1" else "board"), "the pane")
         app.urgent.add(app.tabs.active)
@@ -71,18 +127,59 @@ def stopped_mid_run(app: PilotApp, key: str):
     return run_before
 
 
+def switched_to(app: PilotApp, key: str):
+    """To a pane of the finished replay, its cursor on the first row (the same on every machine)."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await pilot.press("ctrl+home", key)
+        await wait_for(pilot, lambda: not app.dirty & {app.tabs.active}, "the pane to be drawn")
+        await wait_for(pilot, lambda: not app.board_pane.plot_pending, "the curves, a frame after")
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.fixture(scope="module")
+def demo_app() -> Iterator[Callable[[], PilotApp]]:
+    """demo_app() -> the recorded demo replayed, its records in a new folder. The Plan names that
+    folder (the disk check) below its first screen: a path of another length wraps to other lines
+    and moves the scroll bar, so every folder's path has the same length wherever pytest runs."""
+    base = Path(tempfile.mkdtemp(prefix="pt-snap-", dir="/tmp"))
+
+    def make() -> PilotApp:
+        records = Path(tempfile.mkdtemp(prefix="r", dir=base)) / "records"
+        source = replay_session(CAMPAIGN, RECORDING, records_dir=records)
+        return PilotApp(source=source, nvml=NvmlProbe(FakeNvml()))
+
+    yield make
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def finished(demo_app) -> dict[tuple[int, int], dict[str, str]]:
+    """Per terminal size, every pane's frame of the finished replay."""
+    # The Plan first: its frame is the one a replay's end draws (its scroll bar as first laid out).
+    keys = [PANES["plan"], *(k for p, k in PANES.items() if p != "plan")]
+    return {size: _frames(demo_app(), size, keys, again(replayed_to_the_end)) for size in SIZES}
+
+
+@pytest.fixture(scope="module")
+def mid_run(demo_app) -> dict[tuple[int, int], dict[str, str]]:
+    """Per terminal size, the Gates and Board frames while an LR run trains."""
+    keys = [PANES["gates"], PANES["board"]]
+    return {size: _frames(demo_app(), size, keys, again(stopped_mid_run, live_switch)) for size in SIZES}
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("pane", list(PANES))
-def test_pane(snap_compare, replay_app, pane: str, size: tuple[int, int]) -> None:
-    app = replay_app()
-    assert snap_compare(app, terminal_size=size, run_before=replayed_to_the_end(app, PANES[pane]))
+def test_pane(snapshot, finished, pane: str, size: tuple[int, int]) -> None:
+    assert snapshot.use_extension(SVGImageExtension) == finished[size][PANES[pane]]
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("pane", ["gates", "board"])
-def test_mid_run(snap_compare, replay_app, pane: str, size: tuple[int, int]) -> None:
-    app = replay_app()
-    assert snap_compare(app, terminal_size=size, run_before=stopped_mid_run(app, PANES[pane]))
+def test_mid_run(snapshot, mid_run, pane: str, size: tuple[int, int]) -> None:
+    assert snapshot.use_extension(SVGImageExtension) == mid_run[size][PANES[pane]]
 
 
 async def test_the_curves_follow_the_plot_width(replay_app) -> None:
