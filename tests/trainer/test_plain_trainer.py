@@ -192,10 +192,14 @@ def test_steady_says_the_threads_cores_and_load_its_times_hold_at(plain):
 
 def test_steady_times_the_trainers_loop_to_its_precision(plain):
     d = plain.row("steady")["details"]
-    assert d["timing_stopped"] in ("precision", "budget"), d["notes"]
     assert d["timed_updates"] == d["updates"] >= 3 and d["step_s_precision_target"] == 0.5
     if d["timing_stopped"] == "precision":
         assert 0 < d["step_s_precision"] <= 0.5
+    elif d["timing_stopped"] == "max_steps":  # a loaded machine: the script's 11 updates ended it
+        assert d["updates"] == d["max_steps"] - 1 and d["step_s_precision"] > 0.5
+        assert any("the script's own run length" in n for n in d["notes"]), d["notes"]
+    else:
+        assert d["timing_stopped"] == "budget", d["timing_stopped"]
     assert d["step_s_mean"] == pytest.approx(d["step_time_s"]) and d["step_s_ci95"] > 0
     assert d["step_time_p10_s"] <= d["step_time_p50_s"] <= d["step_time_p90_s"]
     # The fixed reference workload, timed on both sides of train().
@@ -225,6 +229,6 @@ def test_steady_runs_the_schedule_of_the_scripts_own_run(plain):
     cosine schedule with 2 warm-up steps, over max_steps (not over the few updates timed)."""
     d = plain.row("steady")["details"]
     m, lrs = d["max_steps"], d["lrs"]
-    assert m > 1 + d["updates"] and len(lrs) == 1 + d["updates"]
+    assert m == plain.record["accounting"]["updates"] > 1 + 3 and len(lrs) == 1 + d["updates"] <= m
     # Two updates past the warm-up: lr · ½(1 + cos(π·k / (m − 2))) for k = 0 and 1.
     assert lrs[3] / lrs[2] == pytest.approx((1 + math.cos(math.pi / (m - 2))) / 2, rel=1e-6)

@@ -127,8 +127,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     if n < 1:
         raise PhaseFailure(f"the trainer ran {len(probe.ends)} update(s): none timed after the warm-up")
     interval = mean_interval(times)
-    # The loop ended at max_steps before the rule said stop: the script's run is that short.
-    stopped = stop.stopped or ("count" if rule.precision <= 0 else "max_steps")
+    # The loop ended at max_steps before a checkpoint of the rule: its last updates may have
+    # reached the precision (or the budget) all the same; else the script's run is that short.
+    stopped = stop.stopped or rule.reason(n, sum(times), interval) or "max_steps"
     losses = [r.get("loss", math.nan) for r in probe.ordered()]
     timed_s = sum(times)
     queue_share = runqueue_share(stop.queue_before, stop.queue_after, timed_s)
