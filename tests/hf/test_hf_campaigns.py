@@ -35,7 +35,7 @@ def shrink(path: Path, **changes) -> Path:
     """Smaller sizes for the test machine; everything else as `init` wrote it."""
     raw = tomllib.loads(path.read_text())
     raw["phases"]["steady_updates"] = 4
-    raw["phases"]["steady_budget_s"] = 1.0  # timed to its precision for at most a second
+    raw["phases"]["steady_budget_s"] = 0.25  # timed to its precision for at most a quarter second
     raw["lr_board"]["updates"] = 4
     raw["lr_board"]["validate_every"] = 2
     raw["lr_board"]["seeds"] = raw["lr_board"]["seeds"][:1]
