@@ -167,7 +167,12 @@ def step_range(details: Mapping[str, Any]) -> StepRange | None:
     target = _num(details.get("step_s_precision_target"))
     parts = [f"±{precision:.1%} at 95 % confidence over {n} timed updates"]
     if target and precision > target:
-        parts.append(f"short of the ±{target:.0%} target: timing stopped at its time budget")
+        # Why timing stopped short: its budget, or a trainer script's run ended first.
+        why = {"budget": "its time budget", "max_steps": "the end of the script's own run (max_steps)"}
+        stopped = why.get(str(details.get("timing_stopped")), "")
+        parts.append(
+            f"short of the ±{target:.0%} target" + (f": timing stopped at {stopped}" if stopped else "")
+        )
     if widen >= 0.01:
         parts.append(
             f"the timed loop waited for a CPU {share:.0%} of its time (other load): the range spans "

@@ -122,6 +122,12 @@ def test_a_hostile_speed_reference_moves_nothing():
 def test_a_budget_that_ended_short_of_the_target_says_so():
     r = step_range(details(step_s_ci95=0.006))
     assert r is not None and "short of the ±3% target" in r.caveat
+    budget = step_range(details(step_s_ci95=0.006, timing_stopped="budget"))
+    assert budget is not None and "timing stopped at its time budget" in budget.caveat
+    # A trainer script's run that ended first is not called a budget.
+    ended = step_range(details(step_s_ci95=0.006, timing_stopped="max_steps"))
+    assert ended is not None and "the end of the script's own run" in ended.caveat
+    assert "budget" not in ended.caveat
 
 
 def test_records_made_before_have_no_range():

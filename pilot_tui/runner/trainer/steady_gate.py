@@ -169,6 +169,12 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     if not trend.fell:
         return Outcome(WARN, trend.said(len(losses)), details)
     precision = f" (±{interval.precision:.1%})" if math.isfinite(interval.precision) else ""
+    short = {
+        "max_steps": f"the script's {steps}-update run ended first",
+        "budget": f"its {rule.budget_s:g} s budget ended",
+    }
+    if precision and stopped in short and not interval.within(rule.precision):
+        precision = precision[:-1] + f", short of ±{rule.precision:.0%}: {short[stopped]})"
     return Outcome(
         reason=f"{n} timed updates, {interval.mean_s * 1000:.1f} ms each{precision}", details=details
     )
