@@ -121,10 +121,8 @@ class BareLoop:
     def loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         task: Task = self.task
         if task.kind == CAUSAL_LM:
-            if task.forward is not None:  # a transformers model returns an output object
-                logits = self.model(
-                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-                ).logits
+            if task.forward is not None:  # the task's own forward, as its user wrote it
+                logits = task.forward(self.model, batch)
             else:
                 logits = self.model(batch["input_ids"], batch["attention_mask"])
             return F.cross_entropy(
