@@ -8,8 +8,10 @@ Two pure functions, shared by the runner (when to stop timing) and the plan (wha
   narrow. Past `BLOCKS` updates the interval is computed from the means of `BLOCKS` contiguous
   blocks (the batch-means method): a burst moves one block mean, and the spread of block means
   carries it into the interval.
-- `step_range(details)`: the per-update range a plan multiplies by its updates, from a steady
-  row's details: the confidence interval, widened by the contention the timed loop measured
+- `step_range(details, updates)`: the per-update range a plan multiplies by its updates, from a
+  steady row's details: the confidence interval — for a run of `updates` updates, the prediction
+  interval of that run's own mean, which a short run needs (its mean varies too) and a long one
+  does not — widened by the contention the timed loop measured
   (`runqueue_share`, the share of the loop the timing thread was ready to run but waited for a
   CPU). On a CPU the low end is the interval on an idle machine, the high end on one twice as
   busy as the pilot's; the caveat says so in words. It is widened again when a fixed reference
@@ -137,17 +139,48 @@ class StepRange:
     runqueue_share: float
     speed_moved: float
     caveat: str
+    # The interval's half-width over its centre: for a run of `updates` (a prediction interval),
+    # else for the mean itself (`precision`).
+    run_precision: float = math.nan
 
 
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def step_range(details: Mapping[str, Any]) -> StepRange | None:
-    """The per-update range from a steady row's details; None for a row that recorded no interval
-    (records made before steady timed to a precision).
+def run_half_width(ci: float, timed: int, updates: int | None) -> float:
+    """The 95 % half-width for the mean step of a run of `updates` updates, from the half-width
+    `ci` of the mean of `timed` timed ones: the prediction interval of a future mean,
+    t·s·√(1/n + 1/N) = ci·√(1 + n/N). A run as short as the pilot's timing varies as much again
+    (√2); a rental's millions of updates vary by nothing more than the mean is known to (ci).
+    With batch means the same holds: s is the spread of blocks of n/k updates, and a run of N
+    updates is N·k/n such blocks."""
+    if updates is None or updates < 1 or timed < 1:
+        return ci
+    return ci * math.sqrt(1 + timed / updates)
 
-    [mean − ci, mean + ci], then on a CPU × (1 − share) at the low end and × (1 + share) at the
+
+def pilot_speeds(rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Every reference-workload timing the pilot's rows recorded (stack's at its start, each
+    steady's on both sides of its loop): the speeds this machine ran at during the pilot."""
+    out: list[float] = []
+    for details in rows:
+        found = details.get("speed_reference_s") if isinstance(details, Mapping) else None
+        if isinstance(found, Sequence) and not isinstance(found, str):
+            out += [v for v in (_num(x) for x in found) if v is not None and v > 0]
+    return out
+
+
+def step_range(
+    details: Mapping[str, Any], updates: int | None = None, speeds: Sequence[float] = ()
+) -> StepRange | None:
+    """The per-update range from a steady row's details, for a run of `updates` steady updates
+    (None: the mean's own interval); None for a row that recorded no interval (records made
+    before steady timed to a precision). `speeds`: the reference timings of the rest of the
+    pilot (`pilot_speeds`): a machine whose speed moved during the pilot may run the real run at
+    any of those speeds, so the range spans them too.
+
+    [mean − w, mean + w] with w the half-width for that run (`run_half_width`), then on a CPU × (1 − share) at the low end and × (1 + share) at the
     high end, where share is the measured `runqueue_share` of the timed loop: on an idle machine
     the loop would not have waited, on one twice as busy it would have waited about twice as long.
     """
@@ -160,12 +193,21 @@ def step_range(details: Mapping[str, Any]) -> StepRange | None:
     widen = share if on_cpu else 0.0
     # The loop ran somewhere between the reference's fastest and slowest speed: at either end of
     # it, a step would take (1 + moved) times less or more.
-    moved = reported_speed_move(details.get("speed_reference_s")) if on_cpu else 0.0
-    low = max(mean - ci, 0.0) * (1 - widen) / (1 + moved)
-    high = (mean + ci) * (1 + widen) * (1 + moved)
+    own = details.get("speed_reference_s")
+    moved_here = reported_speed_move(own) if on_cpu else 0.0
+    around = [*(own if isinstance(own, Sequence) and not isinstance(own, str) else ()), *speeds]
+    moved = max(moved_here, reported_speed_move(around)) if on_cpu else 0.0
+    half = run_half_width(ci, n, updates)
+    low = max(mean - half, 0.0) * (1 - widen) / (1 + moved)
+    high = (mean + half) * (1 + widen) * (1 + moved)
     precision = ci / mean
     target = _num(details.get("step_s_precision_target"))
     parts = [f"±{precision:.1%} at 95 % confidence over {n} timed updates"]
+    # Worth saying only where it widens the range: a run not many times longer than the timing.
+    if half > ci * 1.05 and updates:
+        parts.append(
+            f"±{half / mean:.1%} for a run of {updates:,} updates (a short run's own mean varies too)"
+        )
     if target and precision > target:
         # Why timing stopped short: its budget, or a trainer script's run ended first.
         why = {"budget": "its time budget", "max_steps": "the end of the script's own run (max_steps)"}
@@ -178,10 +220,15 @@ def step_range(details: Mapping[str, Any]) -> StepRange | None:
             f"the timed loop waited for a CPU {share:.0%} of its time (other load): the range spans "
             "an idle machine to one twice as busy"
         )
-    if moved:
+    if moved and moved_here >= moved:
         parts.append(
             f"the machine's speed moved {moved:.0%} while steady was timed (a fixed reference workload, "
             "timed before and after): the range spans both speeds"
+        )
+    elif moved:
+        parts.append(
+            f"the machine's speed moved {moved:.0%} during the pilot (a fixed reference workload, timed "
+            "at its start and around each steady): the range spans the slowest and the fastest"
         )
     return StepRange(
         low_s=low,
@@ -193,4 +240,5 @@ def step_range(details: Mapping[str, Any]) -> StepRange | None:
         runqueue_share=share,
         speed_moved=moved,
         caveat="; ".join(parts),
+        run_precision=half / mean,
     )

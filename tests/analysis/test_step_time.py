@@ -8,7 +8,15 @@ import random
 
 import pytest
 
-from pilot_tui.analysis.step_time import BLOCKS, mean_interval, speed_moved, step_range, t975, updates_needed
+from pilot_tui.analysis.step_time import (
+    BLOCKS,
+    mean_interval,
+    pilot_speeds,
+    speed_moved,
+    step_range,
+    t975,
+    updates_needed,
+)
 
 
 def iid(rng: random.Random, n: int, mean: float = 0.01, sd: float = 0.002) -> list[float]:
@@ -134,3 +142,55 @@ def test_records_made_before_have_no_range():
     assert step_range({"step_time_s": 0.1, "step_time_p10_s": 0.09, "step_time_p90_s": 0.12}) is None
     assert step_range(details(step_s_ci95=-1.0)) is None  # one timed update: no interval
     assert step_range(details(step_s_mean="0.1")) is None  # a hostile record: not a number
+
+
+def test_a_short_runs_range_holds_its_own_mean_not_only_the_pilots():
+    """A run of N updates has a mean of its own that varies: its range must hold that mean about
+    95 % of the time, which the interval of the pilot's mean alone does not."""
+    rng = random.Random(11)
+    held_run = held_mean = trials = 0
+    for _ in range(300):
+        pilot = iid(rng, 120)
+        iv = mean_interval(pilot)
+        d = details(step_s_mean=iv.mean_s, step_s_ci95=iv.ci95_s, timed_updates=iv.n)
+        run = step_range(d, updates=40)
+        mean_only = step_range(d)
+        assert run is not None and mean_only is not None
+        future = sum(iid(rng, 40)) / 40
+        held_run += run.low_s <= future <= run.high_s
+        held_mean += mean_only.low_s <= future <= mean_only.high_s
+        trials += 1
+    assert held_run / trials >= 0.92
+    assert held_mean / trials <= 0.75  # ±ci alone is for the mean, and too narrow for 40 updates
+    assert "for a run of 40 updates" in run.caveat
+
+
+def test_a_long_runs_range_is_the_interval_of_the_mean():
+    d = details()
+    long = step_range(d, updates=10_000_000)
+    assert long is not None and (long.low_s, long.high_s) == pytest.approx((0.098, 0.102), rel=1e-4)
+    assert "for a run of" not in long.caveat
+    short = step_range(d, updates=120)  # as long as the timing: √2 wider
+    assert short is not None and short.high_s - 0.1 == pytest.approx(0.002 * math.sqrt(2))
+    assert short.run_precision == pytest.approx(0.02 * math.sqrt(2))
+
+
+def test_a_machine_whose_speed_moved_during_the_pilot_widens_the_range_to_every_speed_it_saw():
+    # Steady's own reference barely moved; the stack's, at the pilot's start, ran 40 % slower.
+    rows = [{"speed_reference_s": [0.0028]}, {"speed_reference_s": [0.002, 0.00205]}, {"loss": 1.0}]
+    speeds = pilot_speeds(rows)
+    assert speeds == [0.0028, 0.002, 0.00205]
+    steady = details(speed_reference_s=[0.002, 0.00205])
+    alone = step_range(steady)
+    pilot = step_range(steady, speeds=speeds)
+    assert alone is not None and pilot is not None
+    assert (alone.low_s, alone.high_s) == pytest.approx((0.098, 0.102))
+    assert pilot.speed_moved == pytest.approx(0.4)
+    assert pilot.high_s == pytest.approx(0.102 * 1.4) and pilot.low_s == pytest.approx(0.098 / 1.4)
+    assert "moved 40% during the pilot" in pilot.caveat
+    # Hostile values are left out; on a GPU the device clock timed steady: no widening.
+    assert pilot_speeds([{"speed_reference_s": "0.002"}, {"speed_reference_s": [math.nan, -1, 0.003]}]) == [
+        0.003
+    ]
+    gpu = step_range(details(timing_clock="cuda events"), speeds=speeds)
+    assert gpu is not None and gpu.high_s == pytest.approx(0.102)

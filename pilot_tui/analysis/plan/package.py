@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from ...core.accounting import account
 from ...core.rows import PhaseRow
 from ...core.spec import CampaignSpec
 from ...core.verdict import FAIL
-from ..step_time import step_range
+from ..step_time import pilot_speeds, step_range
 from .inputs import Facts, step_key
 from .rental import Disk, Restart, SaveTimeout, Throughput, disk, restart, save_timeout, throughput
 from .sheet import ChoiceSheet, Configuration
@@ -35,8 +36,9 @@ def hours(seconds: float) -> float:
 class Interval:
     """The total time as a range: every steady update at the low, then at the high step time.
 
-    The step range is `analysis/step_time.step_range` of the steady row (the 95 % interval of the
-    mean step time, widened by the contention the timed loop measured) when the row recorded one;
+    The step range is `analysis/step_time.step_range` of the steady row for the run's updates
+    (the 95 % interval of the run's mean step time, widened by the contention the timed loop
+    measured) when the row recorded one;
     in records made before, the p10 and p90 of single steps.
     """
 
@@ -177,7 +179,7 @@ def duration(row: PhaseRow | None, default: float = 0.0) -> float:
     return default if row is None or row.duration_s is None else row.duration_s
 
 
-def interval(run: PlannedRun, steady: PhaseRow | None) -> Interval | None:
+def interval(run: PlannedRun, steady: PhaseRow | None, speeds: Sequence[float] = ()) -> Interval | None:
     """The total time as a range: every steady update at the low, then at the high step time.
 
     Startup, evaluation, saves and export are kept as measured; the safety margin scales with the
@@ -186,7 +188,7 @@ def interval(run: PlannedRun, steady: PhaseRow | None) -> Interval | None:
     if steady is None or run.updates < 1:
         return None
     p10, p90 = steady.detail("step_time_p10_s"), steady.detail("step_time_p90_s")
-    span = step_range(steady.details)
+    span = step_range(steady.details, run.updates - 1, speeds)  # the run's updates after its first
     if span is None and (p10 <= 0 or p90 <= 0):
         return None
     lo, hi = (span.low_s, span.high_s) if span is not None else (p10, p90)
@@ -384,12 +386,16 @@ def package_plan(
                 )
     order: list[PlannedRun] = []
     start = 0.0
+    # The machine's speeds over the whole pilot (on a CPU host the range spans them).
+    speeds = pilot_speeds([row.details for row in facts.rows.values()])
     for position, run in enumerate(fitting, start=1):
         placed = dataclasses.replace(
             run, position=position, start_h=hours(start), end_h=hours(start + run.total_s)
         )
         order.append(
-            dataclasses.replace(placed, interval=interval(placed, facts.rows.get(step_key("steady", run.id))))
+            dataclasses.replace(
+                placed, interval=interval(placed, facts.rows.get(step_key("steady", run.id)), speeds)
+            )
         )
         start += run.total_s
     capacity = (days or PACKAGES[-1]) * DAY_S
