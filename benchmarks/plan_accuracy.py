@@ -6,8 +6,9 @@ GPT in `model.py` and data in `data.py`, imported by `task.py` beside them). Eac
 1. *pilot*, in a fresh runner process: stack, load, first_step, steady (timed to the campaign's
    precision) and eval_longest; the plan computed from that record projects the training time of
    the declared 200 updates, `load + first update + 199 × steady mean step`, and its range,
-   `load + first update + 199 × [low, high]` of `analysis/step_time.step_range` (the interval of
-   the mean step time, widened by the contention the timed loop measured);
+   `load + first update + 199 × [low, high]` of `analysis/step_time.step_range` for 199 updates
+   (the prediction interval of a 199-update run's mean step time, widened by the contention the
+   timed loop measured);
 2. *actual*: the user's own plain loop (`user_gpt/train.py`) trains the same model on the same
    data for 200 updates in a fresh process, timed from building the model to the last update.
 
@@ -190,8 +191,14 @@ def user_round(folder: Path) -> dict[str, Any]:
     fixed = control.startup_s
     span = control.interval
     assert span is not None and span.step_low_s is not None, "the plan has no interval of the mean step"
-    assert span.step_low_s == step_range(steady).low_s  # type: ignore[union-attr]
+    assert span.step_low_s == step_range(steady, budget - 1).low_s  # type: ignore[union-attr]
     b = raw["batch"]
+    # The runner's fixed reference workload (runner/speed_reference.py), timed here on both sides
+    # of the user's loop as steady timed it on both sides of its own: the machine's speed during
+    # each, so the drift between the pilot and the actual run can be told from the tool's error.
+    from pilot_tui.runner.speed_reference import reference_s
+
+    speed_before = reference_s()
     out = subprocess.run(
         [
             sys.executable,
@@ -208,7 +215,9 @@ def user_round(folder: Path) -> dict[str, Any]:
         # otherwise the user's loop would share a CPU share with whatever started this script.
         start_new_session=True,
     )
+    speed_after = reference_s()
     actual = float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+    pilot_speed = statistics.fmean(steady["speed_reference_s"])
     return {
         "predicted": float(control.train_s),
         "low": fixed + (budget - 1) * span.step_low_s,
@@ -218,6 +227,8 @@ def user_round(folder: Path) -> dict[str, Any]:
             fixed + (budget - 1) * steady["step_time_p90_s"],
         ),
         "actual": actual,
+        # How much slower the machine ran the reference during the actual than around steady.
+        "drift": statistics.fmean([speed_before, speed_after]) / pilot_speed,
         "budget": budget,
         "steady": steady,
     }
@@ -245,7 +256,7 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     if args.demo:
         return demo(args)
-    ratios, held, held_old = [], 0, 0
+    ratios, held, held_old, drifted = [], 0, 0, []
     with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as tmp:
         for i in range(args.rounds):
             folder = Path(tmp) / f"round{i}"
@@ -253,6 +264,7 @@ def main() -> int:
             r = user_round(folder)
             ratio = r["predicted"] / r["actual"]
             ratios.append(ratio)
+            drifted.append(ratio * r["drift"])
             inside = r["low"] <= r["actual"] <= r["high"]
             old = r["p10p90"][0] <= r["actual"] <= r["p10p90"][1]
             held, held_old = held + inside, held_old + old
@@ -264,10 +276,16 @@ def main() -> int:
                 f"{'held' if old else 'missed'}); steady {d['timed_updates']} updates at "
                 f"{d['step_s_mean'] * 1e3:.2f} ± {d['step_s_ci95'] * 1e3:.2f} ms ({d['timing_stopped']}), "
                 f"waited for a CPU {d.get('runqueue_share', 0):.0%}, machine speed moved "
-                f"{speed_moved(d.get('speed_reference_s')):.0%} across it; load average {os.getloadavg()[0]:.2f}",
+                f"{speed_moved(d.get('speed_reference_s')):.0%} across it; the reference ran {r['drift']:.2f}× as long "
+                f"around the actual (predicted/actual at the actual's speed {ratio * r['drift']:.3f}); "
+                f"load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
     median = statistics.median(ratios)
+    print(
+        f"at the machine's speed during each actual run (the reference workload's drift divided out): "
+        f"median predicted/actual {statistics.median(drifted):.3f}, rounds {min(drifted):.3f}–{max(drifted):.3f}"
+    )
     within = abs(median - 1) <= 0.05
     enough = held >= 0.9 * len(ratios)
     print(

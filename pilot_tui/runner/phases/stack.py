@@ -25,6 +25,7 @@ from ..context import RunContext
 from ..distributed.group import GroupFailure
 from ..distributed.launcher import backend, measure_interconnect, world_size
 from ..environment import gpus
+from ..speed_reference import reference_s
 from .base import Outcome, PhaseRun, phase
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -204,6 +205,9 @@ def check_optimizers(ctx: RunContext, failures: list[str], warns: list[str]) -> 
 @phase("stack")
 def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
     device = ctx.device
+    # The machine's speed at the pilot's start, by the fixed workload steady times around its
+    # loop: the plan's range spans the speeds the whole pilot saw (analysis/step_time.py).
+    speed = reference_s()
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     used = campaign_precisions(ctx)
     # Every precision is tried, used or not: a variant made later (the TUI's `v`) can then be
@@ -225,6 +229,7 @@ def stack(ctx: RunContext, run: PhaseRun) -> Outcome:
         "attention": attention,
         "nccl": nccl,
         "extensions": extensions,
+        "speed_reference_s": [speed],
     }
     failures, warns = [], []
     for ext in extensions:
