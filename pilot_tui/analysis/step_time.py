@@ -139,9 +139,6 @@ class StepRange:
     runqueue_share: float
     speed_moved: float
     caveat: str
-    # The interval's half-width over its centre: for a run of `updates` (a prediction interval),
-    # else for the mean itself (`precision`).
-    run_precision: float = math.nan
 
 
 def _num(value: Any) -> float | None:
@@ -180,8 +177,8 @@ def step_range(
     pilot (`pilot_speeds`): a machine whose speed moved during the pilot may run the real run at
     any of those speeds, so the range spans them too.
 
-    [mean − w, mean + w] with w the half-width for that run (`run_half_width`), then on a CPU × (1 − share) at the low end and × (1 + share) at the
-    high end, where share is the measured `runqueue_share` of the timed loop: on an idle machine
+    [mean − w, mean + w] with w the half-width for that run (`run_half_width`), then on a CPU
+    × (1 − share) at the low end and × (1 + share) at the high end, where share is the measured `runqueue_share` of the timed loop: on an idle machine
     the loop would not have waited, on one twice as busy it would have waited about twice as long.
     """
     mean, ci = _num(details.get("step_s_mean")), _num(details.get("step_s_ci95"))
@@ -193,10 +190,8 @@ def step_range(
     widen = share if on_cpu else 0.0
     # The loop ran somewhere between the reference's fastest and slowest speed: at either end of
     # it, a step would take (1 + moved) times less or more.
-    own = details.get("speed_reference_s")
-    moved_here = reported_speed_move(own) if on_cpu else 0.0
-    around = [*(own if isinstance(own, Sequence) and not isinstance(own, str) else ()), *speeds]
-    moved = max(moved_here, reported_speed_move(around)) if on_cpu else 0.0
+    moved_here = reported_speed_move(details.get("speed_reference_s")) if on_cpu else 0.0
+    moved = max(moved_here, reported_speed_move([*pilot_speeds([details]), *speeds])) if on_cpu else 0.0
     half = run_half_width(ci, n, updates)
     low = max(mean - half, 0.0) * (1 - widen) / (1 + moved)
     high = (mean + half) * (1 + widen) * (1 + moved)
@@ -240,5 +235,4 @@ def step_range(
         runqueue_share=share,
         speed_moved=moved,
         caveat="; ".join(parts),
-        run_precision=half / mean,
     )

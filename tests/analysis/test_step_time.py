@@ -172,7 +172,7 @@ def test_a_long_runs_range_is_the_interval_of_the_mean():
     assert "for a run of" not in long.caveat
     short = step_range(d, updates=120)  # as long as the timing: √2 wider
     assert short is not None and short.high_s - 0.1 == pytest.approx(0.002 * math.sqrt(2))
-    assert short.run_precision == pytest.approx(0.02 * math.sqrt(2))
+    assert f"±{0.02 * math.sqrt(2):.1%} for a run of 120 updates" in short.caveat
 
 
 def test_a_machine_whose_speed_moved_during_the_pilot_widens_the_range_to_every_speed_it_saw():
