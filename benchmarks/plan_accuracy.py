@@ -8,7 +8,7 @@ GPT in `model.py` and data in `data.py`, imported by `task.py` beside them). Eac
    the declared 200 updates, `load + first update + 199 × steady mean step`, and its range,
    `load + first update + 199 × [low, high]` of `analysis/step_time.step_range` for 199 updates
    (the prediction interval of a 199-update run's mean step time, widened by the contention the
-   timed loop measured);
+   timed loop measured and by the machine speeds the pilot's reference timings saw);
 2. *actual*: the user's own plain loop (`user_gpt/train.py`) trains the same model on the same
    data for 200 updates in a fresh process, timed from building the model to the last update.
 
@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pilot_tui.analysis.plan import PlannedRun, compute_plan  # noqa: E402
-from pilot_tui.analysis.step_time import speed_moved, step_range  # noqa: E402
+from pilot_tui.analysis.step_time import pilot_speeds, speed_moved, step_range  # noqa: E402
 from pilot_tui.core.events import PhaseFinished  # noqa: E402
 from pilot_tui.core.phase_table import in_group  # noqa: E402
 from pilot_tui.session.driver import Session  # noqa: E402
@@ -191,7 +191,8 @@ def user_round(folder: Path) -> dict[str, Any]:
     fixed = control.startup_s
     span = control.interval
     assert span is not None and span.step_low_s is not None, "the plan has no interval of the mean step"
-    assert span.step_low_s == step_range(steady, budget - 1).low_s  # type: ignore[union-attr]
+    speeds = pilot_speeds([r.get("details", {}) for r in pilot["phases"]])
+    assert span.step_low_s == step_range(steady, budget - 1, speeds).low_s  # type: ignore[union-attr]
     b = raw["batch"]
     # The runner's fixed reference workload (runner/speed_reference.py), timed here on both sides
     # of the user's loop as steady timed it on both sides of its own: the machine's speed during
