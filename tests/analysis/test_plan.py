@@ -179,6 +179,23 @@ def test_without_a_dataset_size_the_declared_hold_sets_the_updates():
     assert "declared hold" in only.basis
 
 
+def test_the_startup_counts_the_first_update_not_the_checks_of_its_phase():
+    # first_step's phase runs two more forwards for its objective checks before the update; a
+    # run's startup is its load and its first update alone (update_s), when the row has it.
+    rows = [stack_row(), *engine_rows(step_time=0.1)]
+    spec = NO_VARIANTS | {"plan": {"priority": ["control"], "dataset_size": 0}, "batch": {"updates": 50}}
+    (before,) = compute_plan(record(rows, spec)).package.order
+    assert before.startup_s == pytest.approx(3.0 + 2 * 0.1)  # load + the whole first_step phase
+    first = next(r for r in rows if r["step"] == "first_step")
+    first["details"] = {**first.get("details", {}), "update_s": 0.13}
+    (after,) = compute_plan(record(rows, spec)).package.order
+    assert after.startup_s == pytest.approx(3.0 + 0.13)
+    assert after.train_s == pytest.approx(3.0 + 0.13 + 49 * 0.1)
+    first["details"]["update_s"] = -5.0  # a hostile record plans no negative startup
+    (hostile,) = compute_plan(record(rows, spec)).package.order
+    assert hostile.startup_s == pytest.approx(3.0)
+
+
 def test_the_eval_reserve_scales_with_validation_size_and_evaluations():
     rows = [stack_row(), *engine_rows(step_time=0.1)]
     spec = NO_VARIANTS | {"plan": {"priority": ["control"], "dataset_size": 80_000, "validation_size": 1000}}

@@ -7,6 +7,7 @@ In this process, through the runner's own `execute`, on the fast demo (real torc
 from __future__ import annotations
 
 import gc
+import random
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.data import UpdateSampler
+from pilot_tui.runner import speed_reference
 from pilot_tui.runner.phases.base import execute
 from pilot_tui.runner.steady_timing import StopRule
 from pilot_tui.tasks.loader import load_task
@@ -104,16 +106,40 @@ def test_an_unreachable_target_ends_at_the_budget_and_says_the_precision_reached
     assert 0 <= d["runqueue_share"] <= 1  # the load it ran under, measured
 
 
+def test_the_heap_before_the_timed_loop_is_out_of_the_collectors_reach_while_it_runs(tmp_path):
+    # A full collection inside the timed loop would walk everything the phases before it left
+    # (torch's modules, the model, the checks' garbage): tens of ms landing in a few updates.
+    ctx, _ = context(tmp_path)
+    frozen_during: list[int] = []
+
+    def emit(event) -> None:
+        if isinstance(event, PhaseProgress):
+            frozen_during.append(gc.get_freeze_count())
+
+    ctx.emit = emit
+    gc.unfreeze()  # this module froze its own heap (one_thread); the phase must find none frozen
+    try:
+        steady(ctx, steady_updates=5, steady_precision=0.0)
+        assert frozen_during and min(frozen_during) > 0  # the heap was frozen while the loop ran
+        assert gc.get_freeze_count() == 0  # and handed back after it: nothing left uncollectable
+    finally:
+        gc.freeze()
+
+
 def slowed_steady(ctx):
-    """steady, with another thread of this process spinning in Python from its first progress."""
+    """steady, with another thread of this process holding the GIL from its first progress."""
     stop, hog = threading.Event(), None
+    # Sorting a shuffled list is one C call that holds the GIL throughout (~2 ms here): the
+    # torch ops of the loop and of the reference workload release it, but the Python between
+    # them waits for each sort to end. A spin in Python would give the GIL up every switch
+    # interval, which a fast machine's reference repeat (0.6 ms) mostly slips between.
+    shuffled = random.Random(0).sample(range(1 << 30), 20_000)
 
     def spin() -> None:
-        # Half of the time in Python, half asleep: the loop slows, it does not stall.
-        while not stop.wait(0.002):
-            end = time.perf_counter() + 0.002
-            while time.perf_counter() < end:
-                pass
+        # Sort after sort: between two, the GIL goes to whoever waits for it, so the loop
+        # slows, it does not stall.
+        while not stop.is_set():
+            sorted(shuffled)
 
     def emit(event) -> None:
         nonlocal hog
@@ -130,14 +156,19 @@ def slowed_steady(ctx):
             hog.join()
 
 
-def test_a_slowdown_the_run_queue_cannot_see_is_caught_by_the_reference_around_the_loop(tmp_path):
-    # Another thread of this process starts spinning in Python once the timed loop has begun:
+def test_a_slowdown_the_run_queue_cannot_see_is_caught_by_the_reference_around_the_loop(tmp_path, monkeypatch):
+    # Another thread of this process starts holding the GIL once the timed loop has begun:
     # the loop's thread now waits for the GIL, not for a CPU, so the run queue shows nothing —
     # as it shows nothing when a VM's host slows its vCPUs. The reference workload timed after
     # the loop runs under it; the one timed before did not.
     # The workload timed before the loop runs on a machine other tests load too: a neighbour's
     # burst there can outweigh the hog. Up to three tries; a reference that misses the hog misses
     # it every time.
+    # A repeat of the reference runs in 0.6 ms on a fast machine, less than the 5 ms after which
+    # a thread waiting for the GIL gets it: the hog would slow one repeat in several, and the
+    # median of the repeats is built to leave such a repeat out. Here each repeat is 20 times
+    # longer than the product's, so that every one of them waits for the hog.
+    monkeypatch.setattr(speed_reference, "_CHAIN", speed_reference._CHAIN * 20)
     ctx, _ = context(tmp_path)
     for _attempt in range(3):
         d, hog = slowed_steady(ctx)

@@ -250,7 +250,10 @@ def project(entry: Configuration, facts: Facts) -> Projection:
             "(batch.drop_last): set plan.dataset_size",
         )
     load_s = duration(facts.row("load"))
-    first_s = duration(rows.get(step_key("first_step", config)), step_s)
+    first = rows.get(step_key("first_step", config))
+    # The timed update alone when the row has it; the whole phase (its objective checks run two
+    # more forwards) in records made before it did, and for a captured trainer's first step.
+    first_s = max(0.0, first.detail("update_s", duration(first))) if first is not None else step_s
     train_s = load_s + first_s + (updates - 1) * step_s
     notes = []
     p50, p90 = steady.detail("step_time_p50_s"), steady.detail("step_time_p90_s")

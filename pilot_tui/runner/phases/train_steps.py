@@ -20,6 +20,7 @@ from ..probes import forget_peaks, synchronize
 from ..speed_reference import reference_s
 from ..steady_timing import (
     PROGRESS_PERIOD_S,
+    FrozenHeap,
     LossTap,
     UpdateClock,
     agree,
@@ -161,6 +162,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         "reference_loss": objective_gate.reference(state, ctx.task, micro, ctx.device),
     }
     forget_peaks(ctx.device)  # the row's memory is the update's, not the checks'
+    started = time.perf_counter()
     stats = _update(ctx, run, state, micro)
     # fp16: an overflow at the initial scale makes GradScaler skip the optimizer step and back off.
     # That is its design, not a fault, but then no optimizer state exists yet: repeat until a real
@@ -174,8 +176,11 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     ):
         skipped += 1
         stats = _update(ctx, run, state)
-    loss, gn = float(stats.loss), float(stats.grad_norm)
+    loss, gn = float(stats.loss), float(stats.grad_norm)  # on a GPU these wait for the update
     details = {
+        # The update alone, without the checks before it: what a run's first update costs (the
+        # plan's startup), its optimizer state allocated on the way.
+        "update_s": time.perf_counter() - started,
         "loss": loss,
         "grad_norm": gn,
         "supervised_targets": stats.supervised,
@@ -247,6 +252,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     t0 = next_progress = clock.mark()
     n, stopped, interval = 0, None, mean_interval([])
     check_at = rule.next_checkpoint(0)
+    heap = FrozenHeap()  # the earlier phases' garbage is not collected inside the timing
+    heap.hold()
     try:
         while stopped is None:
             ctx.check_cancel()
@@ -272,6 +279,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
                 total = n if stopped is not None else expected_updates(rule, interval, n)
                 ctx.progress(run.step.key, n, total, tap.latest(), timing_message(interval, rule))
     finally:
+        heap.release()
         feed.close()
     synchronize(ctx.device)
     elapsed = time.perf_counter() - t0

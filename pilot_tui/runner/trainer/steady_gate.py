@@ -25,6 +25,7 @@ from ..phases.base import Outcome, PhaseFailure, PhaseRun, finite
 from ..phases.train_steps import load_details, machine_load
 from ..speed_reference import reference_s
 from ..steady_timing import (
+    FrozenHeap,
     StopRule,
     agree,
     expected_updates,
@@ -59,6 +60,7 @@ class PrecisionStop(TrainerCallback):
         self.stopped: str | None = None
         self.queue_before: tuple[float, float] | None = None
         self.queue_after: tuple[float, float] | None = None
+        self.heap = FrozenHeap()
 
     def timed(self) -> list[float]:
         return self.probe.step_times()[1:]
@@ -67,6 +69,9 @@ class PrecisionStop(TrainerCallback):
         ends = self.probe.ends
         n = len(ends) - 1
         if n == 0:
+            # The garbage of train()'s set-up and of the phases before is not collected inside
+            # the timed updates (runner/steady_timing.FrozenHeap).
+            self.heap.hold()
             # On the loop's thread, at the start of the timed updates: the load they run under.
             self.queue_before = runqueue_clock()
             return control
@@ -119,7 +124,10 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     speed_before = reference_s()  # outside the trainer's loop, on its thread
     load_before = machine_load()
     t0 = time.perf_counter()
-    loop.train_steps(trainer, steps, probe, callbacks=[stop])
+    try:
+        loop.train_steps(trainer, steps, probe, callbacks=[stop])
+    finally:
+        stop.heap.release()
     total = time.perf_counter() - t0
     speed = [speed_before, reference_s()]
     times = stop.timed()
