@@ -22,9 +22,9 @@ from pilot_tui.analysis.step_time import SPEED_MOVED_FLOOR, mean_interval, speed
 from pilot_tui.core.events import PhaseProgress
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
+from pilot_tui.runner import speed_reference
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.data import UpdateSampler
-from pilot_tui.runner import speed_reference
 from pilot_tui.runner.phases.base import execute
 from pilot_tui.runner.steady_timing import StopRule
 from pilot_tui.tasks.loader import load_task
@@ -156,7 +156,9 @@ def slowed_steady(ctx):
             hog.join()
 
 
-def test_a_slowdown_the_run_queue_cannot_see_is_caught_by_the_reference_around_the_loop(tmp_path, monkeypatch):
+def test_a_slowdown_the_run_queue_cannot_see_is_caught_by_the_reference_around_the_loop(
+    tmp_path, monkeypatch
+):
     # Another thread of this process starts holding the GIL once the timed loop has begun:
     # the loop's thread now waits for the GIL, not for a CPU, so the run queue shows nothing —
     # as it shows nothing when a VM's host slows its vCPUs. The reference workload timed after
