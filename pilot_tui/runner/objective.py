@@ -78,11 +78,23 @@ def supervised_count(task: Task, batch: Batch) -> int:
 
 
 def loss_sum(task: Task, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Sum (not mean) of per-target losses: normalisation happens once per update."""
+    """Sum (not mean) of per-target losses: normalisation happens once per update.
+
+    A causal LM shifts its labels, not its logits: the labels move one position left with
+    `ignore_index` in the freed last place, and every position's logits are scored against them,
+    the last one contributing nothing. `logits[:, :-1]` would copy the whole [batch, length,
+    vocab] tensor in the forward and again for its gradient in the backward — for a 128k
+    vocabulary the largest tensors of the update — where the labels are a few integers a row.
+    transformers' causal-LM loss does the same."""
     if task.loss is not None:
         return task.loss(logits, batch)[0]
-    flat_logits, flat_labels = targets(task, logits, batch)
-    return F.cross_entropy(flat_logits.float(), flat_labels, ignore_index=task.ignore_index, reduction="sum")
+    labels = batch["labels"]
+    check_logits(task, logits, labels)
+    if task.kind == CAUSAL_LM:
+        labels = F.pad(labels[:, 1:], (0, 1), value=task.ignore_index)
+        logits = logits.reshape(-1, logits.shape[-1])  # a view: a model's logits are contiguous
+        labels = labels.reshape(-1)
+    return F.cross_entropy(logits.float(), labels, ignore_index=task.ignore_index, reduction="sum")
 
 
 def predict(task: Task, logits: torch.Tensor) -> torch.Tensor:

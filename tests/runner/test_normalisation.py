@@ -184,3 +184,38 @@ def test_an_update_after_an_evaluation_trains_in_training_mode(task) -> None:
     state.model.eval()  # what an evaluation leaves behind
     train_update(state, task, CPU, 1.0)
     assert all(m.training for m in state.model.modules())
+
+
+def test_the_causal_lm_loss_shifts_the_labels_and_never_copies_the_logits(task) -> None:
+    # Position t's logits score label t + 1; the last position scores nothing. The loss and
+    # the logits' gradient equal those of the plain formulation that slices the logits, and the
+    # backward writes the gradient of the logits whole: no [batch, length - 1, vocab] copy of
+    # them is made on the way (a slice's backward would allocate and fill a zero tensor).
+    batch = collate(task, [task.examples[i] for i in range(6)], 28, CPU)
+    batch["labels"][0, 5:9] = task.ignore_index  # masked targets inside a row
+    torch.manual_seed(0)
+    vocab = int(batch["labels"].max()) + 1
+    logits = torch.randn(*batch["labels"].shape, vocab, requires_grad=True)
+    ours = objective.loss_sum(task, logits, batch)
+    sliced = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, vocab),
+        batch["labels"][:, 1:].reshape(-1),
+        ignore_index=task.ignore_index,
+        reduction="sum",
+    )
+    torch.testing.assert_close(ours, sliced)
+    (grad_ours,) = torch.autograd.grad(ours, logits)
+    (grad_sliced,) = torch.autograd.grad(sliced, logits)
+    torch.testing.assert_close(grad_ours, grad_sliced)
+    assert not grad_ours[:, -1].any()  # the last position predicts nothing
+    copies: list[tuple[int, ...]] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        copies.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        objective.loss_sum(task, logits, batch)
+    # What the backward keeps: the logits themselves (as a [rows, vocab] view) and the labels,
+    # never a sliced copy of the logits.
+    assert (logits.shape[0] * (logits.shape[1] - 1), vocab) not in copies, copies
