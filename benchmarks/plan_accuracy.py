@@ -217,7 +217,8 @@ def user_round(folder: Path) -> dict[str, Any]:
         start_new_session=True,
     )
     speed_after = reference_s()
-    actual = float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    actual = float(result["seconds"])
     pilot_speed = statistics.fmean(steady["speed_reference_s"])
     return {
         "predicted": float(control.train_s),
@@ -228,6 +229,9 @@ def user_round(folder: Path) -> dict[str, Any]:
             fixed + (budget - 1) * steady["step_time_p90_s"],
         ),
         "actual": actual,
+        # The user's loop's own step (its updates after the first) against steady's mean: how
+        # much of the error is the step, not the startup.
+        "step_ratio": float(steady["step_s_mean"]) / float(result["step_s"]),
         # How much slower the machine ran the reference during the actual than around steady.
         "drift": statistics.fmean([speed_before, speed_after]) / pilot_speed,
         "budget": budget,
@@ -257,7 +261,7 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     if args.demo:
         return demo(args)
-    ratios, held, held_old, drifted = [], 0, 0, []
+    ratios, held, held_old, drifted, steps = [], 0, 0, [], []
     with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as tmp:
         for i in range(args.rounds):
             folder = Path(tmp) / f"round{i}"
@@ -266,6 +270,7 @@ def main() -> int:
             ratio = r["predicted"] / r["actual"]
             ratios.append(ratio)
             drifted.append(ratio * r["drift"])
+            steps.append(r["step_ratio"])
             inside = r["low"] <= r["actual"] <= r["high"]
             old = r["p10p90"][0] <= r["actual"] <= r["p10p90"][1]
             held, held_old = held + inside, held_old + old
@@ -275,7 +280,8 @@ def main() -> int:
                 f"{r['low']:.2f}–{r['high']:.2f} s, actual {r['actual']:.2f} s: predicted/actual {ratio:.3f}, "
                 f"{'held' if inside else 'MISSED'} (p10–p90 {r['p10p90'][0]:.2f}–{r['p10p90'][1]:.2f} s "
                 f"{'held' if old else 'missed'}); steady {d['timed_updates']} updates at "
-                f"{d['step_s_mean'] * 1e3:.2f} ± {d['step_s_ci95'] * 1e3:.2f} ms ({d['timing_stopped']}), "
+                f"{d['step_s_mean'] * 1e3:.2f} ± {d['step_s_ci95'] * 1e3:.2f} ms ({d['timing_stopped']}, "
+                f"{r['step_ratio']:.3f}× the user's loop's step), "
                 f"waited for a CPU {d.get('runqueue_share', 0):.0%}, machine speed moved "
                 f"{speed_moved(d.get('speed_reference_s')):.0%} across it; the reference ran {r['drift']:.2f}× as long "
                 f"around the actual (predicted/actual at the actual's speed {ratio * r['drift']:.3f}); "
@@ -286,6 +292,10 @@ def main() -> int:
     print(
         f"at the machine's speed during each actual run (the reference workload's drift divided out): "
         f"median predicted/actual {statistics.median(drifted):.3f}, rounds {min(drifted):.3f}–{max(drifted):.3f}"
+    )
+    print(
+        f"steady's mean step / the user's loop's step after its first update: median {statistics.median(steps):.3f}, "
+        f"rounds {min(steps):.3f}–{max(steps):.3f}"
     )
     within = abs(median - 1) <= 0.05
     enough = held >= 0.9 * len(ratios)

@@ -4,7 +4,8 @@
 
 Prints one JSON line: the seconds from building the model through the last update (imports and
 data preparation left out, as the plan leaves them out — torch._dynamo too, which torch would
-otherwise import inside the first optimizer, as the runner imports it before its phases), and the
+otherwise import inside the first optimizer, as the runner imports it before its phases), the
+mean seconds of an update after the first (`step_s`: what steady's step time predicts), and the
 updates it took.
 """
 
@@ -40,7 +41,10 @@ def main() -> None:
     model = GPT(GPTConfig(block_size=args.block, vocab_size=VOCAB))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     model.train()
-    for _ in range(args.updates):
+    first_done = t0
+    for update in range(args.updates):
+        if update == 1:
+            first_done = time.perf_counter()  # the updates after the first: its steady step
         optimizer.zero_grad(set_to_none=True)
         for _ in range(args.accumulation):
             rows = [ex["ids"] for ex in rng.sample(examples, args.microbatch)]
@@ -51,8 +55,9 @@ def main() -> None:
             (loss / args.accumulation).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-    seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "updates": args.updates, "loss": loss.item()}))
+    end = time.perf_counter()
+    steady = (end - first_done) / (args.updates - 1) if args.updates > 1 else float("nan")
+    print(json.dumps({"seconds": end - t0, "step_s": steady, "updates": args.updates, "loss": loss.item()}))
 
 
 if __name__ == "__main__":
