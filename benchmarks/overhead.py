@@ -125,9 +125,13 @@ class BareLoop:
                 logits = task.forward(self.model, batch)
             else:
                 logits = self.model(batch["input_ids"], batch["attention_mask"])
+            # The labels shifted, not the logits (as transformers' causal-LM loss and the pilot's
+            # objective do): a plain loop that sliced the logits would pay a copy of them that the
+            # pilot does not, and the ratio would credit the pilot with it.
+            labels = F.pad(batch["labels"][:, 1:], (0, 1), value=task.ignore_index)
             return F.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]),
-                batch["labels"][:, 1:].reshape(-1),
+                logits.reshape(-1, logits.shape[-1]),
+                labels.reshape(-1),
                 ignore_index=task.ignore_index,
                 reduction="sum",
             )
