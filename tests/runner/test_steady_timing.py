@@ -69,7 +69,13 @@ def test_precision_zero_times_exactly_the_declared_count(tmp_path):
 
 def test_a_loose_target_stops_at_the_minimum_and_a_reachable_one_is_met(tmp_path):
     ctx, _ = context(tmp_path)
-    loose = steady(ctx, steady_updates=6, steady_precision=0.99, steady_budget_s=30)["details"]
+    # Six updates of ~1 ms: one preempted for a time slice (a loaded CI machine) is a 5x outlier
+    # that holds the interval above ±99 % until a later checkpoint. Up to three tries; a rule
+    # that did not stop at the minimum would never stop there.
+    for _attempt in range(3):
+        loose = steady(ctx, steady_updates=6, steady_precision=0.99, steady_budget_s=30)["details"]
+        if loose["timed_updates"] == 6:
+            break
     assert loose["timing_stopped"] == "precision" and loose["timed_updates"] == 6
     assert 0 < loose["step_s_precision"] <= 0.99
     # ±40 %: reached in a few dozen updates even on a busy machine, well before 30 s.
