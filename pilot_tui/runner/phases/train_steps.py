@@ -247,13 +247,13 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     feed = host_feed(ctx, state, float(ov.get("collate_delay_s") or 0.0))
     waits: list[float] = []
     synchronize(ctx.device)
+    heap = FrozenHeap()  # the earlier phases' garbage is not collected inside the timing
     speed_before = reference_s()  # outside the timed loop, on its thread
     load_before, queue_before = machine_load(), runqueue_clock()
-    t0 = next_progress = clock.mark()
     n, stopped, interval = 0, None, mean_interval([])
     check_at = rule.next_checkpoint(0)
-    heap = FrozenHeap()  # the earlier phases' garbage is not collected inside the timing
     heap.hold()
+    t0 = next_progress = clock.mark()
     try:
         while stopped is None:
             ctx.check_cancel()
