@@ -195,14 +195,15 @@ class FrozenHeap:
     Python runs a full collection once the objects that survived younger ones reach a quarter
     of the long-lived heap. The work before a timed loop (imports, the model's build, the checks
     of the phases before it, a trainer's set-up) leaves that debt behind, and with torch loaded
-    the collection that pays it walks the whole heap: 60-75 ms, measured on the CPU pilot of a
-    small GPT, landing inside the first few hundred timed updates (+3.6 % on a 300-update mean).
-    A user's long run pays it once near its start, not every few hundred updates, so the timed
+    the collection that pays it walks the whole heap: 60-75 ms. Measured on a small GPT's CPU
+    pilot whose phases ran in one process, it landed inside the first 300 timed updates (+3.6 %
+    on their mean); whether it comes due there depends on the work before (in the runner's own
+    process it did not, that time). A user's long run pays it once near its start, so the timed
     loop, which stands for that run's steady state, must not carry it. `gc.freeze()` moves the
     heap out of the collector's reach in constant time (a `gc.collect()` first would cost the same
     60-75 ms to every steady phase): a full collection inside the loop then walks only what the
     loop made. `release()` hands the heap back; nothing is collected or lost. A heap frozen by
-    someone else already (a dashboard holding its start-up heap) is left as it is.
+    someone else already (a test's, say) is left as it is.
 
     Make it before the clock starts: whether anything is frozen already is counted by walking
     the frozen objects (`gc.get_freeze_count`), ~12 ms where a heap with torch is frozen.
