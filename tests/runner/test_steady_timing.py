@@ -128,7 +128,7 @@ def test_the_heap_before_the_timed_loop_is_out_of_the_collectors_reach_while_it_
 
 def test_a_heap_frozen_already_is_counted_before_the_clock_starts(tmp_path, monkeypatch):
     # Whether anything is frozen already is counted by walking the frozen objects: ~12 ms for a
-    # heap with torch (this module's, as a dashboard's). Counted inside the timed loop it landed
+    # heap with torch (this module's). Counted inside the timed loop it landed
     # in the first timed update, 3x the others. The phase counts before its first stamp, and
     # leaves a heap frozen by someone else frozen.
     ctx, _ = context(tmp_path)
@@ -155,10 +155,10 @@ def test_a_heap_frozen_already_is_counted_before_the_clock_starts(tmp_path, monk
 def slowed_steady(ctx):
     """steady, with another thread of this process holding the GIL from its first progress."""
     stop, hog = threading.Event(), None
-    # Sorting a shuffled list is one C call that holds the GIL throughout (~2 ms here): the
-    # torch ops of the loop and of the reference workload release it, but the Python between
-    # them waits for each sort to end. A spin in Python would give the GIL up every switch
-    # interval, which a fast machine's reference repeat (0.6 ms) mostly slips between.
+    # Sorting a shuffled list is one C call that holds the GIL throughout (~2 ms here): the loop
+    # and the reference workload, which need the GIL to run their Python (and their small torch
+    # ops, which keep it), wait for each sort to end. A spin in Python would give the GIL up at
+    # every switch interval instead.
     shuffled = random.Random(0).sample(range(1 << 30), 20_000)
 
     def spin() -> None:
