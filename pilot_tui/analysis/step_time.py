@@ -1,6 +1,6 @@
 """How precisely a steady phase knows its mean step time, and the range a plan may quote from it.
 
-Two pure functions, shared by the runner (when to stop timing) and the plan (what to print):
+Pure functions, shared by the runner (when to stop timing) and the plan (what to print):
 
 - `mean_interval(times)`: the mean per-update time and the half-width of its 95 % confidence
   interval. Step times on a shared machine come in bursts (another process holds a core for a
@@ -17,6 +17,10 @@ Two pure functions, shared by the runner (when to stop timing) and the plan (wha
   busy as the pilot's; the caveat says so in words. It is widened again when a fixed reference
   workload timed before and after the loop (`speed_reference_s`) ran at different speeds: the
   host slowed or sped the machine while it was timed, unseen by the run queue.
+- `window_half_width(times, updates)`: for a run short enough that steady timed several stretches
+  of its length (`step_times_s`), the spread of those stretches' means. A virtual machine's speed
+  also drifts over seconds: a 200-update run's mean moves with it, but blocks a tenth of a second
+  long do not show that drift, so their spread cannot say how much a whole short run varies.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ from typing import Any
 BLOCKS = 20
 # The precision a steady phase times to by default: ±3 % of the mean at 95 % confidence.
 DEFAULT_PRECISION = 0.03
+
+# Stretches of a planned run's length: steady times up to WINDOWS of them, as many as fit in its
+# budget, and their means give that run's own spread from MIN_WINDOWS on. With five, t(4) and a
+# spread known to ±35 % made ranges by chance too narrow to hold a 200-update run on a drifting VM.
+WINDOWS = 8
+MIN_WINDOWS = 3
 
 # A move of the reference workload's speed below this is its own run-to-run noise: not reported.
 SPEED_MOVED_FLOOR = 0.10
@@ -157,6 +167,31 @@ def run_half_width(ci: float, timed: int, updates: int | None) -> float:
     return ci * math.sqrt(1 + timed / updates)
 
 
+def window_half_width(times: Sequence[float], updates: int | None) -> tuple[float, int] | None:
+    """The 95 % half-width for the mean step of one run of `updates` updates from the means of
+    the k consecutive stretches of about that many timed updates: the prediction interval of one
+    more such mean, t(k−1)·s·√(1 + 1/k), and k. It holds whatever the machine's speed did over
+    the run's own length (a drift of seconds moves a stretch's mean as it moves the run's), where
+    `run_half_width` assumes blocks far shorter than the run are independent. None with fewer
+    than `MIN_WINDOWS` stretches (a run too long for the timing to hold several of it)."""
+    if updates is None or updates < 2:
+        return None
+    k = len(times) // updates
+    if k < MIN_WINDOWS:
+        return None
+    means = _blocks(times, k)
+    centre = math.fsum(means) / k
+    sd = math.sqrt(math.fsum((m - centre) ** 2 for m in means) / (k - 1))
+    return t975(k - 1) * sd * math.sqrt(1 + 1 / k), k
+
+
+def _times(value: Any) -> list[float]:
+    """A row's per-update times, the positive finite numbers only (a hostile record's others out)."""
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        return []
+    return [v for v in (_num(x) for x in value) if v is not None and v > 0]
+
+
 def pilot_speeds(rows: Sequence[Mapping[str, Any]]) -> list[float]:
     """Every reference-workload timing the pilot's rows recorded (stack's at its start, each
     steady's on both sides of its loop): the speeds this machine ran at during the pilot."""
@@ -172,8 +207,9 @@ def step_range(
     details: Mapping[str, Any], updates: int | None = None, speeds: Sequence[float] = ()
 ) -> StepRange | None:
     """The per-update range from a steady row's details, for a run of `updates` steady updates
-    (None: the mean's own interval); None for a row that recorded no interval (records made
-    before steady timed to a precision). `speeds`: the reference timings of the rest of the
+    (None: the mean's own interval), never narrower than the stretches of that run's length
+    recorded in `step_times_s` show (`window_half_width`); None for a row that recorded no
+    interval (records made before steady timed to a precision). `speeds`: the reference timings of the rest of the
     pilot (`pilot_speeds`): a machine whose speed moved during the pilot may run the real run at
     any of those speeds, so the range spans them too.
 
@@ -193,13 +229,24 @@ def step_range(
     moved_here = reported_speed_move(details.get("speed_reference_s")) if on_cpu else 0.0
     moved = max(moved_here, reported_speed_move([*pilot_speeds([details]), *speeds])) if on_cpu else 0.0
     half = run_half_width(ci, n, updates)
+    # A run short enough for steady to have timed several stretches of it: their means' spread.
+    windows = window_half_width(_times(details.get("step_times_s")), updates)
+    widened_by_windows = windows is not None and windows[0] > half
+    if windows is not None:
+        half = max(half, windows[0])
     low = max(mean - half, 0.0) * (1 - widen) / (1 + moved)
     high = (mean + half) * (1 + widen) * (1 + moved)
     precision = ci / mean
     target = _num(details.get("step_s_precision_target"))
     parts = [f"±{precision:.1%} at 95 % confidence over {n} timed updates"]
     # Worth saying only where it widens the range: a run not many times longer than the timing.
-    if half > ci * 1.05 and updates:
+    if widened_by_windows and windows is not None:
+        parts.append(
+            f"±{half / mean:.1%} for a run of {updates:,} updates: the means of {windows[1]} timed "
+            f"stretches of {updates:,} updates each varied that much (the machine's speed drifts "
+            "over seconds)"
+        )
+    elif half > ci * 1.05 and updates:
         parts.append(
             f"±{half / mean:.1%} for a run of {updates:,} updates (a short run's own mean varies too)"
         )

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..analysis.step_time import MeanInterval, reported_speed_move, updates_needed
+from ..analysis.step_time import MIN_WINDOWS, WINDOWS, MeanInterval, reported_speed_move, updates_needed
 from .context import RunContext
 from .distributed import state as dist_state
 from .training import TrainState
@@ -83,12 +83,19 @@ class UpdateClock:
 class StopRule:
     """When the timed loop may end: at least `minimum` updates, then at the declared precision
     (once `min_s` of timing has passed) or when `budget_s` of timing has passed, whichever comes
-    first. `precision` 0 times exactly `minimum` updates (the fixed count of records made before)."""
+    first. `precision` 0 times exactly `minimum` updates (the fixed count of records made before).
+
+    `window`: the updates of the run the plan will predict (after its first), 0 for none. Where at
+    least `MIN_WINDOWS` stretches that long fit in the budget, the precision waits for as many as
+    fit, up to `WINDOWS`: a short run's own mean moves with the machine's drift over seconds,
+    which only stretches as long as the run show (`analysis/step_time.window_half_width`). Where
+    fewer fit, the run is long and its mean varies little: nothing more is timed."""
 
     minimum: int
     precision: float
     budget_s: float
     min_s: float = 0.0
+    window: int = 0
 
     def next_checkpoint(self, n: int) -> int:
         """The update count at which to evaluate the rule next, after evaluating it at `n` (0 at
@@ -99,6 +106,13 @@ class StopRule:
             return self.minimum
         return n + max(10, n // 20)
 
+    def windows_target(self, interval: MeanInterval) -> int:
+        """The timed updates the run's stretches ask for at the mean step seen so far (0: none)."""
+        if self.window < 2 or self.precision <= 0 or not interval.mean_s > 0:
+            return 0
+        fit = min(WINDOWS, int(self.budget_s / (interval.mean_s * self.window)))
+        return fit * self.window if fit >= MIN_WINDOWS else 0
+
     def reason(self, n: int, elapsed_s: float, interval: MeanInterval) -> str | None:
         """Why this rank would stop now ("precision", "budget", "count"), or None to go on."""
         if n < self.minimum:
@@ -106,20 +120,27 @@ class StopRule:
         if self.precision <= 0:
             return "count"
         # A precision reached in a fraction of a second may hold for that fraction only.
-        if n >= 2 and interval.within(self.precision) and elapsed_s >= min(self.min_s, self.budget_s):
+        if (
+            n >= 2
+            and interval.within(self.precision)
+            and elapsed_s >= min(self.min_s, self.budget_s)
+            and n >= self.windows_target(interval)
+        ):
             return "precision"
         if elapsed_s >= self.budget_s:
             return "budget"
         return None
 
 
-def stop_rule(phases: Any, overrides: Mapping[str, Any], ceiling_s: float) -> StopRule:
-    """Steady's stopping rule from the campaign's `[phases]` and a variant's overrides."""
+def stop_rule(phases: Any, overrides: Mapping[str, Any], ceiling_s: float, window: int = 0) -> StopRule:
+    """Steady's stopping rule from the campaign's `[phases]` and a variant's overrides; `window`,
+    the updates of the run the plan predicts after its first (`StopRule`)."""
     return StopRule(
         minimum=int(overrides.get("steady_updates") or phases.steady_updates),
         precision=float(overrides.get("steady_precision", phases.steady_precision)),
         budget_s=budget_for(float(overrides.get("steady_budget_s", phases.steady_budget_s)), ceiling_s),
         min_s=float(overrides.get("steady_min_s", phases.steady_min_s)),
+        window=max(0, window),
     )
 
 
@@ -128,7 +149,8 @@ def expected_updates(rule: StopRule, interval: MeanInterval, n: int) -> int:
     like it needs at the spread seen so far."""
     if rule.precision <= 0 or n < rule.minimum:
         return max(rule.minimum, n)
-    return max(n + 1, min(updates_needed(interval, rule.precision), 100 * n))
+    needed = max(updates_needed(interval, rule.precision), rule.windows_target(interval))
+    return max(n + 1, min(needed, 100 * n))
 
 
 def timing_message(interval: MeanInterval, rule: StopRule) -> str:
@@ -163,8 +185,15 @@ def interval_details(
         "timing_stopped": stopped,
         "timing_budget_s": rule.budget_s,
         "timing_min_s": rule.min_s,
+        "timing_window_updates": rule.window,
         "timing_clock": clock,
     }
+
+
+def times_details(times: list[float]) -> dict[str, list[float]]:
+    """Every timed update's seconds (to 0.1 µs), in order: the plan reads the means of stretches
+    as long as the run it predicts from them (`analysis/step_time.window_half_width`)."""
+    return {"step_times_s": [round(t, 7) for t in times]}
 
 
 def timing_notes(

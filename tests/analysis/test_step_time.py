@@ -10,12 +10,14 @@ import pytest
 
 from pilot_tui.analysis.step_time import (
     BLOCKS,
+    MIN_WINDOWS,
     mean_interval,
     pilot_speeds,
     speed_moved,
     step_range,
     t975,
     updates_needed,
+    window_half_width,
 )
 
 
@@ -173,6 +175,63 @@ def test_a_long_runs_range_is_the_interval_of_the_mean():
     short = step_range(d, updates=120)  # as long as the timing: √2 wider
     assert short is not None and short.high_s - 0.1 == pytest.approx(0.002 * math.sqrt(2))
     assert f"±{0.02 * math.sqrt(2):.1%} for a run of 120 updates" in short.caveat
+
+
+def drifting(rng: random.Random, start: float, n: int, amp: float = 0.06, mean: float = 0.01) -> list[float]:
+    """A machine whose speed drifts ±`amp` over 160 updates, with 3 % noise on every update."""
+    return [
+        max(1e-6, mean * (1 + amp * math.sin(2 * math.pi * (start + i) / 160)) * (1 + rng.gauss(0, 0.03)))
+        for i in range(n)
+    ]
+
+
+def test_a_short_runs_range_holds_the_drift_that_stretches_of_its_length_show():
+    """Blocks a tenth of a run long see the updates' noise, not a drift as slow as the run: the
+    run's range from them misses its mean. Five timed stretches of the run's length show it."""
+    rng = random.Random(5)
+    held_blocks = held_windows = 0
+    trials = 300
+    for _ in range(trials):
+        pilot = drifting(rng, rng.uniform(0, 1000), 200)
+        iv = mean_interval(pilot)
+        d = details(step_s_mean=iv.mean_s, step_s_ci95=iv.ci95_s, timed_updates=iv.n)
+        blocks = step_range(d, updates=40)
+        windows = step_range(d | {"step_times_s": pilot}, updates=40)
+        assert blocks is not None and windows is not None
+        future = sum(drifting(rng, rng.uniform(0, 1000), 40)) / 40  # the run, later
+        held_blocks += blocks.low_s <= future <= blocks.high_s
+        held_windows += windows.low_s <= future <= windows.high_s
+    assert held_blocks / trials <= 0.85
+    assert held_windows / trials >= 0.95
+    assert "the means of 5 timed stretches of 40 updates each" in windows.caveat
+
+
+def test_without_a_drift_the_stretches_widen_a_short_runs_range_little():
+    rng = random.Random(6)
+    ratios = []
+    for _ in range(100):
+        pilot = iid(rng, 200)
+        iv = mean_interval(pilot)
+        d = details(step_s_mean=iv.mean_s, step_s_ci95=iv.ci95_s, timed_updates=iv.n)
+        blocks, windows = step_range(d, updates=40), step_range(d | {"step_times_s": pilot}, updates=40)
+        assert blocks is not None and windows is not None
+        assert windows.high_s - windows.low_s >= blocks.high_s - blocks.low_s  # never narrower
+        ratios.append((windows.high_s - windows.low_s) / (blocks.high_s - blocks.low_s))
+    assert sorted(ratios)[len(ratios) // 2] < 1.5
+
+
+def test_stretches_count_only_where_the_timing_holds_several_of_the_run():
+    rng = random.Random(7)
+    times = iid(rng, 119)
+    assert window_half_width(times, 40) is None  # two stretches of 40, fewer than MIN_WINDOWS
+    assert window_half_width(times, 39) is not None and window_half_width(times, 39)[1] == MIN_WINDOWS
+    assert window_half_width(times, None) is None and window_half_width(times, 1) is None
+    # A long run (or none) reads no stretches: its range is the interval's, as before.
+    d = details(step_times_s=iid(rng, 120))
+    assert step_range(d, updates=10_000_000) == step_range(details(), updates=10_000_000)
+    # A hostile record's values are left out, not read as times.
+    hostile = details(step_times_s=["0.1", math.nan, -1.0, *iid(rng, 117)])
+    assert step_range(hostile, updates=40) == step_range(details(), updates=40)
 
 
 def test_a_machine_whose_speed_moved_during_the_pilot_widens_the_range_to_every_speed_it_saw():

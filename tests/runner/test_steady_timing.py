@@ -18,7 +18,7 @@ import tomli_w
 import torch
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.analysis.step_time import SPEED_MOVED_FLOOR, mean_interval, speed_moved, step_range
+from pilot_tui.analysis.step_time import SPEED_MOVED_FLOOR, WINDOWS, mean_interval, speed_moved, step_range
 from pilot_tui.core.events import PhaseProgress
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
@@ -68,7 +68,8 @@ def test_precision_zero_times_exactly_the_declared_count(tmp_path):
 
 
 def test_a_loose_target_stops_at_the_minimum_and_a_reachable_one_is_met(tmp_path):
-    ctx, _ = context(tmp_path)
+    # A run far longer than the timing: no stretches of its length to wait for.
+    ctx, _ = context(tmp_path, {"batch": {"updates": 1_000_000}})
     loose = steady(ctx, steady_updates=6, steady_precision=0.99, steady_budget_s=30)["details"]
     assert loose["timing_stopped"] == "precision" and loose["timed_updates"] == 6
     assert 0 < loose["step_s_precision"] <= 0.99
@@ -92,6 +93,28 @@ def test_a_precision_reached_early_still_times_the_minimum_duration(tmp_path):
     assert rule.reason(20, 1.9, tight) is None and rule.reason(20, 2.0, tight) == "precision"
     short = StopRule(minimum=4, precision=0.03, budget_s=1.0, min_s=2.0)
     assert short.reason(20, 1.0, tight) == "precision"
+
+
+def test_a_run_short_enough_is_timed_in_stretches_of_its_own_length(tmp_path):
+    # A 21-update campaign: the plan predicts 20 updates after the first. ±99 % is met at once;
+    # the loop still times WINDOWS stretches of 20, whose means give that short run's own spread.
+    ctx, _ = context(tmp_path, {"batch": {"updates": 21}})
+    d = steady(ctx, steady_updates=4, steady_precision=0.99, steady_budget_s=30, steady_min_s=0.0)["details"]
+    assert d["timing_stopped"] == "precision" and d["timing_window_updates"] == 20
+    assert d["timed_updates"] >= WINDOWS * 20
+    times = d["step_times_s"]
+    assert len(times) == d["timed_updates"] and sum(times) == pytest.approx(
+        d["step_s_mean"] * len(times), rel=1e-4
+    )
+    # The rule alone: the stretches are waited for only where at least three fit in the budget.
+    tight = mean_interval([0.1] * 20)
+    rule = StopRule(minimum=4, precision=0.03, budget_s=10.0, window=10)
+    assert rule.windows_target(tight) == WINDOWS * 10  # all of them fit: 10 s of 0.1 s updates
+    assert rule.reason(20, 3.0, tight) is None and rule.reason(WINDOWS * 10, 9.0, tight) == "precision"
+    assert StopRule(minimum=4, precision=0.03, budget_s=3.5, window=10).windows_target(tight) == 30
+    two = StopRule(minimum=4, precision=0.03, budget_s=2.5, window=10)
+    assert two.windows_target(tight) == 0 and two.reason(20, 0.5, tight) == "precision"
+    assert StopRule(minimum=4, precision=0.0, budget_s=10.0, window=10).reason(4, 0.1, tight) == "count"
 
 
 def test_an_unreachable_target_ends_at_the_budget_and_says_the_precision_reached(tmp_path):

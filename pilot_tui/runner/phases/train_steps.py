@@ -31,6 +31,7 @@ from ..steady_timing import (
     runqueue_share,
     spread_details,
     stop_rule,
+    times_details,
     timing_message,
     timing_notes,
 )
@@ -235,7 +236,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     # cache emptied there (and lazy kernel loading on CUDA); the timed ones are the steady ones.
     warmup = _update(ctx, run, state)
     p, ov = ctx.spec.phases, run.overrides
-    rule = stop_rule(p, ov, ctx.spec.limit_for("steady").time_s)
+    # The run the plan will predict: the campaign's updates after the first (StopRule's window).
+    rule = stop_rule(p, ov, ctx.spec.limit_for("steady").time_s, state.config.total_updates - 1)
     taken = state.step  # updates already taken: a failure is named by the campaign's update number
     losses: list[Any] = []
     examples, tokens = 0, 0
@@ -297,6 +299,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         **spread_details(times),
         # How well the mean is known (analysis/step_time.py: the plan's range reads these).
         **interval_details(interval, rule, stopped, "cuda events" if cuda else "host"),
+        **times_details(times),
         **load_details(load_before, machine_load()),
         # A fixed CPU workload's seconds just before and after the loop: did the machine's speed
         # move while it was timed (runner/speed_reference.py)?
