@@ -7,8 +7,10 @@ GPT in `model.py` and data in `data.py`, imported by `task.py` beside them). Eac
    precision) and eval_longest; the plan computed from that record projects the training time of
    the declared 200 updates, `load + first update + 199 × steady mean step`, and its range,
    `load + first update + 199 × [low, high]` of `analysis/step_time.step_range` for 199 updates
-   (the prediction interval of a 199-update run's mean step time, widened by the contention the
-   timed loop measured and by the machine speeds the pilot's reference timings saw);
+   (the prediction interval of a 199-update run's mean step time — at least the spread of the
+   means of the 199-update stretches steady timed, a run this short being timed in several —
+   widened by the contention the timed loop measured and by the machine speeds the pilot's
+   reference timings saw);
 2. *actual*: the user's own plain loop (`user_gpt/train.py`) trains the same model on the same
    data for 200 updates in a fresh process, timed from building the model to the last update.
 
