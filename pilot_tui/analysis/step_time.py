@@ -124,9 +124,7 @@ def updates_needed(interval: MeanInterval, target: float) -> int:
 def speed_moved(reference: Any) -> float:
     """How much the machine's speed moved between the reference workload's timings: slowest over
     fastest, minus one (0.0 without two positive finite timings, as in a hostile record)."""
-    if not isinstance(reference, Sequence) or isinstance(reference, str):
-        return 0.0
-    values = [v for v in (_num(x) for x in reference) if v is not None and v > 0]
+    values = _positives(reference)
     return max(values) / min(values) - 1 if len(values) >= 2 else 0.0
 
 
@@ -179,14 +177,12 @@ def window_half_width(times: Sequence[float], updates: int | None) -> tuple[floa
     k = len(times) // updates
     if k < MIN_WINDOWS:
         return None
-    means = _blocks(times, k)
-    centre = math.fsum(means) / k
-    sd = math.sqrt(math.fsum((m - centre) ** 2 for m in means) / (k - 1))
-    return t975(k - 1) * sd * math.sqrt(1 + 1 / k), k
+    # The batch-means interval over k blocks is t(k−1)·s/√k: × √k × √(1 + 1/k) = × √(k + 1).
+    return mean_interval(times, k).ci95_s * math.sqrt(k + 1), k
 
 
-def _times(value: Any) -> list[float]:
-    """A row's per-update times, the positive finite numbers only (a hostile record's others out)."""
+def _positives(value: Any) -> list[float]:
+    """The positive finite numbers of a recorded list (a hostile record's others left out)."""
     if not isinstance(value, Sequence) or isinstance(value, str):
         return []
     return [v for v in (_num(x) for x in value) if v is not None and v > 0]
@@ -197,9 +193,8 @@ def pilot_speeds(rows: Sequence[Mapping[str, Any]]) -> list[float]:
     steady's on both sides of its loop): the speeds this machine ran at during the pilot."""
     out: list[float] = []
     for details in rows:
-        found = details.get("speed_reference_s") if isinstance(details, Mapping) else None
-        if isinstance(found, Sequence) and not isinstance(found, str):
-            out += [v for v in (_num(x) for x in found) if v is not None and v > 0]
+        if isinstance(details, Mapping):
+            out += _positives(details.get("speed_reference_s"))
     return out
 
 
@@ -230,7 +225,7 @@ def step_range(
     moved = max(moved_here, reported_speed_move([*pilot_speeds([details]), *speeds])) if on_cpu else 0.0
     half = run_half_width(ci, n, updates)
     # A run short enough for steady to have timed several stretches of it: their means' spread.
-    windows = window_half_width(_times(details.get("step_times_s")), updates)
+    windows = window_half_width(_positives(details.get("step_times_s")), updates)
     widened_by_windows = windows is not None and windows[0] > half
     if windows is not None:
         half = max(half, windows[0])
@@ -243,8 +238,7 @@ def step_range(
     if widened_by_windows and windows is not None:
         parts.append(
             f"±{half / mean:.1%} for a run of {updates:,} updates: the means of {windows[1]} timed "
-            f"stretches of {updates:,} updates each varied that much (the machine's speed drifts "
-            "over seconds)"
+            f"stretches of {updates:,} updates each varied that much"
         )
     elif half > ci * 1.05 and updates:
         parts.append(

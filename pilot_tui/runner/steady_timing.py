@@ -157,7 +157,12 @@ def timing_message(interval: MeanInterval, rule: StopRule) -> str:
     """The progress bar's words while timing: how well the mean is known against the target."""
     if rule.precision <= 0 or not math.isfinite(interval.precision):
         return "timing"
-    return f"timing: mean step known to ±{interval.precision:.1%} (target ±{rule.precision:.0%})"
+    known = f"timing: mean step known to ±{interval.precision:.1%} (target ±{rule.precision:.0%})"
+    wanted = rule.windows_target(interval)
+    if interval.within(rule.precision) and interval.n < wanted:
+        # Met, yet timing goes on: say what for, or the bar looks stuck past its target.
+        return f"{known}; timing {wanted // rule.window} stretches of the {rule.window}-update run"
+    return known
 
 
 def spread_details(times: list[float]) -> dict[str, float]:

@@ -26,7 +26,7 @@ from pilot_tui.runner import speed_reference
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.data import UpdateSampler
 from pilot_tui.runner.phases.base import execute
-from pilot_tui.runner.steady_timing import StopRule, UpdateClock
+from pilot_tui.runner.steady_timing import StopRule, UpdateClock, timing_message
 from pilot_tui.tasks.loader import load_task
 
 
@@ -110,6 +110,9 @@ def test_a_run_short_enough_is_timed_in_stretches_of_its_own_length(tmp_path):
     tight = mean_interval([0.1] * 20)
     rule = StopRule(minimum=4, precision=0.03, budget_s=10.0, window=10)
     assert rule.windows_target(tight) == WINDOWS * 10  # all of them fit: 10 s of 0.1 s updates
+    # The bar says why timing goes on past its target.
+    assert f"timing {WINDOWS} stretches of the 10-update run" in timing_message(tight, rule)
+    assert "stretches" not in timing_message(tight, StopRule(minimum=4, precision=0.03, budget_s=10.0))
     assert rule.reason(20, 3.0, tight) is None and rule.reason(WINDOWS * 10, 9.0, tight) == "precision"
     assert StopRule(minimum=4, precision=0.03, budget_s=3.5, window=10).windows_target(tight) == 30
     two = StopRule(minimum=4, precision=0.03, budget_s=2.5, window=10)
