@@ -211,6 +211,9 @@ def step_range(
     [mean − w, mean + w] with w the half-width for that run (`run_half_width`), then on a CPU
     × (1 − share) at the low end and × (1 + share) at the high end, where share is the measured `runqueue_share` of the timed loop: on an idle machine
     the loop would not have waited, on one twice as busy it would have waited about twice as long.
+    On a CPU the low end is also × (1 − own), own being the measured `loop_own_share` of an update
+    spent in the pilot's own loop around the model's work (`runner/phases/train_steps.py`): the
+    user's plain loop around the same model may do none of it.
     """
     mean, ci = _num(details.get("step_s_mean")), _num(details.get("step_s_ci95"))
     if mean is None or ci is None or mean <= 0 or ci < 0:  # ci −1: a single update has no interval
@@ -219,6 +222,8 @@ def step_range(
     share = min(max(_num(details.get("runqueue_share")) or 0.0, 0.0), 0.9)
     on_cpu = str(details.get("timing_clock", "host")) == "host"
     widen = share if on_cpu else 0.0
+    # At most half an update: a larger figure is not a loop's bookkeeping but a damaged record.
+    own = min(max(_num(details.get("loop_own_share")) or 0.0, 0.0), 0.5) if on_cpu else 0.0
     # The loop ran somewhere between the reference's fastest and slowest speed: at either end of
     # it, a step would take (1 + moved) times less or more.
     moved_here = reported_speed_move(details.get("speed_reference_s")) if on_cpu else 0.0
@@ -229,7 +234,7 @@ def step_range(
     widened_by_windows = windows is not None and windows[0] > half
     if windows is not None:
         half = max(half, windows[0])
-    low = max(mean - half, 0.0) * (1 - widen) / (1 + moved)
+    low = max(mean - half, 0.0) * (1 - widen) * (1 - own) / (1 + moved)
     high = (mean + half) * (1 + widen) * (1 + moved)
     precision = ci / mean
     target = _num(details.get("step_s_precision_target"))
@@ -250,6 +255,12 @@ def step_range(
         stopped = why.get(str(details.get("timing_stopped")), "")
         parts.append(
             f"short of the ±{target:.0%} target" + (f": timing stopped at {stopped}" if stopped else "")
+        )
+    if own >= 0.005:
+        parts.append(
+            f"{own:.1%} of each timed update was the pilot's own loop (drawing the batch, counting "
+            "targets, reading the loss, the schedule's step, its clock): the low end is a plain loop "
+            "around the same model doing none of it"
         )
     if widen >= 0.01:
         parts.append(

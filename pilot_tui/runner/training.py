@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -123,6 +124,10 @@ class UpdateStats:
     shapes: list[list[int]] = field(default_factory=list)
     # fp16: the gradient scaler skipped the optimizer step (inf/NaN gradients): not an update.
     skipped: bool = False
+    # Host seconds in the model's own work: zeroing, forward and loss, backward, clipping, the
+    # optimizer's step. The rest of an update is the loop around it (steady's `loop_own_s`); on
+    # CUDA these are launch times, not the device's.
+    model_s: float = 0.0
 
 
 @dataclass
@@ -226,7 +231,11 @@ def train_update(
     scaler = state.scaler if state.scaler.is_enabled() else None
     if not state.model.training:  # train() walks every module: only after an evaluation set eval
         state.model.train()
+    # A stamp is one perf_counter (~50 ns): the model's work is timed apart from the loop's.
+    tick = time.perf_counter
+    started = tick()
     state.optimizer.zero_grad(set_to_none=True)
+    model_s = tick() - started
     # On a CPU the loss is read where it is made, a Python float per microbatch: there is no
     # device to wait for, and no tensor numerator is kept alive through every backward. On a GPU
     # reading it would sync the device every microbatch: there the numerator stays on the device.
@@ -239,6 +248,7 @@ def train_update(
         shapes.append(list(next(iter(batch.values())).shape))
         # Outside torchrun there is nothing to hold back: no context built per microbatch.
         sync = dist_state.gradient_sync(state.model, last=i == last) if ranks > 1 else _NO_CONTEXT
+        started = tick()
         with sync:
             with autocast(device, cfg.precision):
                 part = objective.loss_sum(task, objective.forward(task, state.model, batch), batch)
@@ -254,6 +264,7 @@ def train_update(
             del part
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             del scaled
+        model_s += tick() - started
     if read_here:
         loss = torch.tensor(numerator / denom, dtype=torch.float32)
     else:
@@ -261,6 +272,7 @@ def train_update(
             loss_total if loss_total is not None else torch.zeros((), device=device)
         )
         loss = summed / denom
+    started = tick()
     if scaler is not None:
         scaler.unscale_(state.optimizer)
     # clip_grad_norm_ skips parameters without a gradient itself: no list of them built per update.
@@ -278,6 +290,7 @@ def train_update(
         skipped = scaler.get_scale() < scale_before
     else:
         state.optimizer.step()
+    model_s += tick() - started
     if not skipped:
         state.scheduler.step()
     state.step += 1
@@ -291,6 +304,7 @@ def train_update(
         tokens=tokens,
         shapes=shapes,
         skipped=skipped,
+        model_s=model_s,
     )
 
 

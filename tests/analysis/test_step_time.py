@@ -129,6 +129,28 @@ def test_a_hostile_speed_reference_moves_nothing():
     assert r is not None and r.speed_moved == pytest.approx(0.5)  # the finite two still count
 
 
+def test_the_pilots_own_loop_lowers_the_low_end_only():
+    # 4 % of each timed update was the pilot's loop around the model: a plain loop may skip it.
+    r = step_range(details(loop_own_share=0.04))
+    assert r is not None
+    assert r.low_s == pytest.approx(0.098 * 0.96) and r.high_s == pytest.approx(0.102)
+    assert "4.0% of each timed update was the pilot's own loop" in r.caveat
+    # A share too small to matter is not worth a clause; on a GPU the host's stamps time launches.
+    small = step_range(details(loop_own_share=0.001))
+    assert small is not None and "pilot's own loop" not in small.caveat
+    gpu = step_range(details(loop_own_share=0.04, timing_clock="cuda events"))
+    assert gpu is not None and gpu.low_s == pytest.approx(0.098)
+
+
+def test_a_hostile_own_share_is_ignored_or_bounded():
+    for bad in ("0.04", -0.5, math.nan, math.inf, None, [0.04]):
+        r = step_range(details(loop_own_share=bad))
+        assert r is not None and r.low_s == pytest.approx(0.098), bad
+    # A damaged record claiming the loop was all bookkeeping lowers the low end by half at most.
+    r = step_range(details(loop_own_share=5.0))
+    assert r is not None and r.low_s == pytest.approx(0.098 * 0.5)
+
+
 def test_a_budget_that_ended_short_of_the_target_says_so():
     r = step_range(details(step_s_ci95=0.006))
     assert r is not None and "short of the ±3% target" in r.caveat

@@ -120,6 +120,29 @@ def test_a_run_short_enough_is_timed_in_stretches_of_its_own_length(tmp_path):
     assert StopRule(minimum=4, precision=0.0, budget_s=10.0, window=10).reason(4, 0.1, tight) == "count"
 
 
+def test_an_update_is_split_into_data_wait_the_models_work_and_the_pilots_own_loop(tmp_path, monkeypatch):
+    ctx, _ = context(tmp_path)
+    plain = steady(ctx, steady_updates=20, steady_precision=0.0)["details"]
+    parts = plain["data_wait_s"] + plain["model_s"] + plain["loop_own_s"]
+    assert parts == pytest.approx(plain["step_s_mean"], rel=1e-6)
+    assert plain["model_s"] > plain["loop_own_s"] > 0
+    assert plain["loop_own_share"] == pytest.approx(plain["loop_own_s"] / plain["step_s_mean"])
+    # A slow collate is the data's wait, not the loop's; a slow schedule step is the loop's own
+    # (the model's work ends with the optimizer's step), and both are seen for what they are.
+    state = ctx.states["control"]
+    step = state.scheduler.step
+
+    def slow_schedule(*args, **kwargs):
+        time.sleep(0.004)
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(state.scheduler, "step", slow_schedule)
+    slowed = steady(ctx, steady_updates=20, steady_precision=0.0, collate_delay_s=0.004)["details"]
+    assert slowed["data_wait_s"] >= 0.004 * ctx.spec.batch.accumulation
+    assert slowed["loop_own_s"] >= 0.004
+    assert slowed["model_s"] < plain["model_s"] + 0.004
+
+
 def test_an_unreachable_target_ends_at_the_budget_and_says_the_precision_reached(tmp_path):
     ctx, _ = context(tmp_path)
     t0 = time.perf_counter()

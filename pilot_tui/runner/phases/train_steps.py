@@ -223,6 +223,24 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
 CPU_WAIT_FLOOR_S = 0.005
 
 
+def loop_own_details(step_s: float, wait_s: float, model_s: float) -> dict[str, float]:
+    """What of a CPU update was the pilot's own loop, not the model's work nor the data's.
+
+    An update's time is its data wait (the task's collate), the model's work (zeroing, forward
+    and loss, backward, clipping, the optimizer's step: `UpdateStats.model_s`) and the rest: the
+    pilot drawing batch indices, counting supervised targets, reading the loss, stepping the
+    schedule, stamping its clock. A plain loop around the same model may do less of that, so the
+    plan's range reaches this much lower (`analysis/step_time.step_range`). On CUDA the host's
+    stamps time launches, not the device, and the loop's host work overlaps it: not recorded.
+    """
+    own = max(step_s - wait_s - model_s, 0.0)
+    return {
+        "model_s": model_s,
+        "loop_own_s": own,
+        "loop_own_share": own / step_s if step_s > 0 else 0.0,
+    }
+
+
 @phase("steady")
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
@@ -240,7 +258,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     rule = stop_rule(p, ov, ctx.spec.limit_for("steady").time_s, state.config.total_updates - 1)
     taken = state.step  # updates already taken: a failure is named by the campaign's update number
     losses: list[Any] = []
-    examples, tokens = 0, 0
+    examples, tokens, model_s = 0, 0, 0.0
     skips: list[bool] = []
     cuda = ctx.device.type == "cuda"
     # CUDA runs asynchronously: a host clock around one update times its launch, not its kernels;
@@ -270,6 +288,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
             skips.append(stats.skipped)
             examples += stats.examples
             tokens += stats.tokens
+            model_s += stats.model_s
             if n == check_at:
                 interval = mean_interval(clock.ready())
                 stopped = agree(rule.reason(n, now - t0, interval))
@@ -315,6 +334,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         "data_wait_share": min(1.0, sum(waits) / timed) if timed > 0 else 0.0,
         "loader": {"num_workers": ctx.spec.batch.num_workers, "pin_memory": ctx.spec.batch.pin_memory},
     }
+    if not cuda:
+        details |= loop_own_details(interval.mean_s, details["data_wait_s"], model_s / n)
     if queue_share is not None:
         # The share of the loop the timing thread was ready but waited for a CPU: the load it ran under.
         details["runqueue_share"] = queue_share
