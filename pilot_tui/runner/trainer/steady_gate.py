@@ -43,8 +43,9 @@ from .probe import StepProbe
 from .ranks import require_agreement
 from .registry import body, trainer_of
 
-# The clock: the probe's host stamp at each step end, after a device synchronise on CUDA (the
-# trainer reads every step's loss to log it, which synchronises anyway).
+# The clock: the probe's host stamp at each step end, after a device synchronise on CUDA. The
+# Trainer synchronises every micro-step already by default (`logging_nan_inf_filter` branches on
+# `isnan(loss)`), so the stamp adds only the wait for the optimizer's kernels.
 CLOCK_CPU, CLOCK_CUDA = "host", "host, synchronised each update (cuda)"
 
 
