@@ -28,10 +28,11 @@ import torch
 
 from pilot_tui.analysis.leakage import check_splits
 from pilot_tui.analysis.splits import group_split, period_key
-from pilot_tui.runner import finiteness, objective, objective_gate
-from pilot_tui.runner.inspection import batches, inspect_task, model_output, seen_digests
+from pilot_tui.runner.checks import finiteness, objective
+from pilot_tui.runner.checks.inspection import batches, inspect_task, model_output, seen_digests
+from pilot_tui.runner.loop import objective_gate
+from pilot_tui.runner.loop.training import TrainConfig, build_state, train_update
 from pilot_tui.runner.phases.train_steps import gradless
-from pilot_tui.runner.training import TrainConfig, build_state, train_update
 from pilot_tui.tasks import demo_classify, demo_instruct
 from pilot_tui.tasks.contract import Task
 

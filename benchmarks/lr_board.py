@@ -63,7 +63,7 @@ def main() -> int:
 
         from pilot_tui.core.spec import load_spec
         from pilot_tui.runner.context import RunContext, pick_device
-        from pilot_tui.runner.training import train_update
+        from pilot_tui.runner.loop.training import train_update
         from pilot_tui.tasks.loader import load_task
 
         loaded = load_spec(path)

@@ -64,13 +64,13 @@ sys.path.insert(0, str(REPO))
 
 from pilot_tui.core.spec import load_spec  # noqa: E402
 from pilot_tui.core.steps import Step  # noqa: E402
-from pilot_tui.runner import optimizers  # noqa: E402
 from pilot_tui.runner.context import RunContext, pick_device  # noqa: E402
-from pilot_tui.runner.data import UpdateSampler  # noqa: E402
+from pilot_tui.runner.loop import optimizers  # noqa: E402
+from pilot_tui.runner.loop.data import UpdateSampler  # noqa: E402
+from pilot_tui.runner.loop.training import TrainConfig, lr_lambda, seed_everything  # noqa: E402
 from pilot_tui.runner.main import Channel, _counters  # noqa: E402
+from pilot_tui.runner.memory.probes import synchronize  # noqa: E402
 from pilot_tui.runner.phases import execute  # noqa: E402
-from pilot_tui.runner.probes import synchronize  # noqa: E402
-from pilot_tui.runner.training import TrainConfig, lr_lambda, seed_everything  # noqa: E402
 from pilot_tui.tasks.contract import CAUSAL_LM, Task  # noqa: E402
 from pilot_tui.tasks.loader import load_task  # noqa: E402
 

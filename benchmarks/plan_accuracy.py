@@ -197,10 +197,10 @@ def user_round(folder: Path) -> dict[str, Any]:
     speeds = pilot_speeds([r.get("details", {}) for r in pilot["phases"]])
     assert span.step_low_s == step_range(steady, budget - 1, speeds).low_s  # type: ignore[union-attr]
     b = raw["batch"]
-    # The runner's fixed reference workload (runner/speed_reference.py), timed here on both sides
+    # The runner's fixed reference workload (runner/timing/speed_reference.py), timed here on both sides
     # of the user's loop as steady timed it on both sides of its own: the machine's speed during
     # each, so the drift between the pilot and the actual run can be told from the tool's error.
-    from pilot_tui.runner.speed_reference import reference_s
+    from pilot_tui.runner.timing.speed_reference import reference_s
 
     speed_before = reference_s()
     out = subprocess.run(

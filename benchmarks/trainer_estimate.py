@@ -48,8 +48,8 @@ def measured_peak(trainer, microbatch: int, accumulation: int, checkpointing: bo
     from torch.distributed._tools.mem_tracker import MemTracker
     from transformers import TrainerCallback
 
-    from pilot_tui.runner.memory_estimate.fake_run import _NoHook
-    from pilot_tui.runner.trainer.loop import batch_settings, unwrapped
+    from pilot_tui.runner.memory.estimate.fake_run import _NoHook
+    from pilot_tui.runner.subject.trainer.loop import batch_settings, unwrapped
 
     model = unwrapped(trainer)
     tracker = MemTracker()
@@ -88,11 +88,11 @@ def main() -> int:
     parser.add_argument("--checkpointing", action="store_true")
     opts = parser.parse_args()
 
-    from pilot_tui.runner.memory_estimate.fake_run import FakeConfig, run_fake
-    from pilot_tui.runner.trainer.adapter import adapt
-    from pilot_tui.runner.trainer.capture import capture
-    from pilot_tui.runner.trainer.estimate import trainer_optimizer
-    from pilot_tui.runner.trainer.settings import apply_pilot_settings
+    from pilot_tui.runner.memory.estimate.fake_run import FakeConfig, run_fake
+    from pilot_tui.runner.subject.trainer.adapter import adapt
+    from pilot_tui.runner.subject.trainer.capture import capture
+    from pilot_tui.runner.subject.trainer.estimate import trainer_optimizer
+    from pilot_tui.runner.subject.trainer.settings import apply_pilot_settings
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

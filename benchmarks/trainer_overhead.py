@@ -114,7 +114,7 @@ def plain_trainer(script: str, args: list[str], cwd: Path, out: Path) -> Any:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.trainer_utils import IntervalStrategy, SaveStrategy
 
-    from pilot_tui.runner.trainer.capture import capture
+    from pilot_tui.runner.subject.trainer.capture import capture
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         trainer = capture(SCRIPTS / script, args, cwd=cwd).trainer
@@ -155,7 +155,7 @@ def main() -> int:
     from pilot_tui.core.steps import Step
     from pilot_tui.runner.main import Channel, _counters, leave_a_core_for_the_view
     from pilot_tui.runner.phases import execute
-    from pilot_tui.runner.trainer.campaign import open_trainer_campaign
+    from pilot_tui.runner.subject.trainer.campaign import open_trainer_campaign
 
     transformers.logging.set_verbosity_error()
     if args.threads:

@@ -1,7 +1,7 @@
 """`pilot-tui estimate (CAMPAIGN.toml | --model DIR) [flags]`: fits / does not fit, per configuration.
 
 The view process validates the input (one line, exit 2) and starts the runner side's estimate in
-a subprocess (`python -m pilot_tui.runner.memory_estimate`), so it never imports torch itself.
+a subprocess (`python -m pilot_tui.runner.memory.estimate`), so it never imports torch itself.
 Exit codes: 0 the control fits, 1 it does not (or cannot be estimated), 2 bad input.
 """
 
@@ -87,7 +87,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         print(f"pilot-tui: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     proc = subprocess.run(
-        module_command("pilot_tui.runner.memory_estimate", [json.dumps(request)]),
+        module_command("pilot_tui.runner.memory.estimate", [json.dumps(request)]),
         stdout=subprocess.PIPE,
         text=True,
         check=False,

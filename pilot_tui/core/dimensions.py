@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("none", "ddp", "fsdp")
-# The runner's builders (runner/optimizers.py) are checked against these names when it starts.
+# The runner's builders (runner/loop/optimizers.py) are checked against these names when it starts.
 OPTIMIZERS = ("adamw", "adamw_fused", "sgd", "adafactor")
 
 # Does a change of this dimension change the experimental question (R12)?

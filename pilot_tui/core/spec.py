@@ -109,7 +109,7 @@ class BatchSpec:
 class OptimSpec:
     """Optimizer and schedule of the control configuration."""
 
-    # adamw | adamw_fused | sgd | adafactor (runner/optimizers.py builds each).
+    # adamw | adamw_fused | sgd | adafactor (runner/loop/optimizers.py builds each).
     name: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.0

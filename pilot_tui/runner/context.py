@@ -18,10 +18,10 @@ from ..core.accounting import account
 from ..core.events import PhaseProgress, WireMessage
 from ..core.spec import LoadedSpec, VariantSpec
 from ..tasks.contract import Task
-from . import optimizers
 from .distributed import state as dist_state
-from .residency import park_others, unpark
-from .training import TrainConfig, TrainState, build_state
+from .loop import optimizers
+from .loop.residency import park_others, unpark
+from .loop.training import TrainConfig, TrainState, build_state
 
 
 class Cancelled(Exception):
@@ -49,12 +49,12 @@ class RunContext:
     memo: dict[str, Any] = field(default_factory=dict)
     # Every row this runner produced, in order, so later phases can compare with earlier ones.
     rows: list[dict[str, Any]] = field(default_factory=list)
-    # States moved off the device while another configuration is measured (runner/residency.py).
+    # States moved off the device while another configuration is measured (runner/loop/residency.py).
     parked: set[str] = field(default_factory=set)
     # Called while a phase waits on something that lives (a fresh process): on a rank of a
     # process group it tells the runner this rank is not hung (distributed/rank.py).
     heartbeat: Callable[[], None] = field(default=lambda: None)
-    # A campaign on a captured Hugging Face trainer (runner/trainer/): the adapter holding it, and
+    # A campaign on a captured Hugging Face trainer (runner/subject/trainer/): the adapter holding it, and
     # the phase bodies that run on its own parts instead of the registered ones.
     adapter: Any = None
     bodies: dict[str, Callable[..., Any]] = field(default_factory=dict)

@@ -37,14 +37,14 @@ from ..core.reasons import exception_line
 from ..core.spec import SpecError, _line_of, load_spec
 from ..core.steps import campaign_steps, find_step
 from ..tasks.loader import TaskError, load_task
-from .determinism import apply_spawn_env
-from .lifetime import die_with_parent, exit_without_collecting
+from .processes.determinism import apply_spawn_env
+from .processes.lifetime import die_with_parent, exit_without_collecting
 
 # The modules that import torch are imported inside the functions that need them: torch must
 # load only after `main()` has set the environment cuBLAS reads when its first handle is made.
 
 COUNTER_PERIOD_S = 0.5
-# Exit status of a runner that ended itself after a sticky CUDA error (runner/cuda_fault.py).
+# Exit status of a runner that ended itself after a sticky CUDA error (runner/memory/cuda_fault.py).
 EXIT_POISONED = 4
 
 
@@ -143,7 +143,7 @@ def _read_commands(commands: queue.Queue, cancel: threading.Event, stream: TextI
 
 def _counters(channel: Channel, ctx_holder: dict, stop: threading.Event) -> None:
     # After main() set the spawn environment: torch loads only then.
-    from .probes import live_counters
+    from .memory.probes import live_counters
 
     while not stop.wait(COUNTER_PERIOD_S):
         ctx = ctx_holder.get("ctx")
@@ -174,7 +174,7 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
     """Load spec and task; report BadInput for anything the user must fix."""
     # After main() set the spawn environment: torch loads only then.
     from .context import RunContext, pick_device
-    from .fresh_process import task_file_sha256
+    from .processes.fresh_process import task_file_sha256
 
     try:
         loaded = load_spec(cmd.spec_path)
@@ -218,7 +218,7 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
 def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event):
     """A `trainer_script` campaign: the script captured in this process (docs/trainer.md)."""
     # After main() set the spawn environment: torch loads only then.
-    from .trainer.campaign import open_trainer_campaign
+    from .subject.trainer.campaign import open_trainer_campaign
 
     ctx = open_trainer_campaign(loaded, emit, Path(cmd.work_dir), cancel)
     ctx.rows.extend(cmd.rows)

@@ -98,7 +98,7 @@ class ProcessLink:
             env=env,
             # Its own session, so its own scheduler autogroup on Linux: in the view's, the busy
             # training thread took the dashboard's CPU share and keys waited. It still
-            # dies with the view (PR_SET_PDEATHSIG in runner/lifetime.py) and is closed by it.
+            # dies with the view (PR_SET_PDEATHSIG in runner/processes/lifetime.py) and is closed by it.
             start_new_session=True,
         )
         # A fresh queue per process: a late line of the previous runner never reaches this one.

@@ -1,6 +1,6 @@
 """The view's last resort against a hung phase: kill the runner a grace after the deadline.
 
-The runner stops a phase at its declared `time_s` itself (`runner/deadline.py`); code that
+The runner stops a phase at its declared `time_s` itself (`runner/timing/deadline.py`); code that
 ignores that (signals blocked, stuck in C) is killed from here, and the session records a row
 that says the phase hung. Pure: a timer and a callable, no torch.
 """

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pilot_tui.runner.replay import replay_inputs
+from pilot_tui.runner.loop.replay import replay_inputs
 from pilot_tui.tasks import hf_causal_lm, hf_sequence_classification
 from pilot_tui.tasks.hf_chat import IGNORE
 from pilot_tui.tasks.hf_data import DataError

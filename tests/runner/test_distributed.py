@@ -153,7 +153,7 @@ def test_stack_measures_the_all_reduce_on_the_real_group(ran):
 def test_two_rank_loss_equals_one_rank_loss_of_the_same_global_batch(ran):
     """Normalisation is global: sum over both ranks / supervised targets of the whole update."""
     from pilot_tui.runner.context import RunContext
-    from pilot_tui.runner.training import train_update
+    from pilot_tui.runner.loop.training import train_update
     from pilot_tui.tasks.loader import load_task
 
     session, rows = ran

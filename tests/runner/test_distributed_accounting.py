@@ -12,7 +12,7 @@ import tomli_w
 from conftest import FAST, deep_merge, demo_raw
 
 from pilot_tui.core.spec import SpecError, parse_spec
-from pilot_tui.runner.data import UpdateSampler
+from pilot_tui.runner.loop.data import UpdateSampler
 
 
 def spec_text(changes: dict, drop_replicas: bool = True) -> str:

@@ -17,9 +17,9 @@ from torch import nn
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
-from pilot_tui.runner.memory_estimate.campaign import Target, estimate_model_dir, fake_config
-from pilot_tui.runner.memory_estimate.fake_run import ALLOCATOR_BLOCK, FakeConfig, ModelSource, run_fake
-from pilot_tui.runner.memory_estimate.sources import task_source
+from pilot_tui.runner.memory.estimate.campaign import Target, estimate_model_dir, fake_config
+from pilot_tui.runner.memory.estimate.fake_run import ALLOCATOR_BLOCK, FakeConfig, ModelSource, run_fake
+from pilot_tui.runner.memory.estimate.sources import task_source
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.variants_compare import saved_activations
 from pilot_tui.tasks.contract import Task
@@ -183,7 +183,7 @@ def test_a_model_fake_tensors_cannot_follow_is_not_estimable_and_names_the_op(ct
 
 def test_estimate_phase_row_and_record_section(ctx: RunContext) -> None:
     from pilot_tui.core.events import RecordUpdate
-    from pilot_tui.runner.phases.memory_estimate import estimate_verdict
+    from pilot_tui.runner.phases.estimate import estimate_verdict
 
     sent: list = []
     ckpt = [v for v in ctx.spec.variants if v.id == "ckpt"]
@@ -260,7 +260,7 @@ def test_hugging_face_causal_lm_from_config_json_alone(tmp_path: Path) -> None:
 def test_hugging_face_lora_from_the_campaign_options_trains_only_the_adapters(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
-    from pilot_tui.runner.memory_estimate.sources import hf_source
+    from pilot_tui.runner.memory.estimate.sources import hf_source
 
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
@@ -278,7 +278,7 @@ def test_hugging_face_lora_from_the_campaign_options_trains_only_the_adapters(tm
 def test_hugging_face_campaign_is_estimated_from_its_config_with_lora_and_fsdp(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
-    from pilot_tui.runner.memory_estimate.__main__ import run
+    from pilot_tui.runner.memory.estimate.__main__ import run
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(json.dumps(TINY_LLAMA))
@@ -298,7 +298,7 @@ def test_hugging_face_campaign_is_estimated_from_its_config_with_lora_and_fsdp(t
 
 def test_hugging_face_sequence_classifier_from_its_config_in_its_load_dtype(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    from pilot_tui.runner.memory_estimate.__main__ import run
+    from pilot_tui.runner.memory.estimate.__main__ import run
 
     (tmp_path / "model").mkdir()
     config = TINY_LLAMA | {"num_labels": 3, "pad_token_id": 0}

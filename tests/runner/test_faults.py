@@ -22,8 +22,8 @@ from pilot_tui.core import phase_table
 from pilot_tui.core.events import OpenCampaign
 from pilot_tui.core.phase_table import PhaseInfo
 from pilot_tui.core.steps import Step
-from pilot_tui.runner.faults import is_cpu_oom, is_disk_full
 from pilot_tui.runner.main import Channel, open_campaign
+from pilot_tui.runner.memory.faults import is_cpu_oom, is_disk_full
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.base import PHASES, phase
 from pilot_tui.session.death import death_reason, oom_kills

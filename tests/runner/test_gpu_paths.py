@@ -22,8 +22,8 @@ from conftest import FAST, REPO, deep_merge, demo_raw
 
 from pilot_tui.commands.headless import run_headless
 from pilot_tui.core.phase_table import names as phase_names
-from pilot_tui.runner.determinism import nondeterministic_op
-from pilot_tui.runner.oom import is_oom
+from pilot_tui.runner.memory.oom import is_oom
+from pilot_tui.runner.processes.determinism import nondeterministic_op
 from pilot_tui.session.driver import Session
 
 STICKY_TASK = REPO / "tests" / "data" / "gpu" / "sticky_task.py"
@@ -162,8 +162,8 @@ def test_determinism_warnings_name_the_kernel():
 
 
 def test_resume_tolerance_is_relative_per_tensor_and_names_its_reason():
+    from pilot_tui.runner.loop.resume_check import compare
     from pilot_tui.runner.phases.resume import comparison_tolerance
-    from pilot_tui.runner.resume_check import compare
 
     def tensors(moment: float, weight: float) -> dict[str, torch.Tensor]:
         return {

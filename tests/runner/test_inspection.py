@@ -15,7 +15,7 @@ from pilot_tui.analysis.checks import Check, verdict_of
 from pilot_tui.analysis.leakage import check_splits, input_hash, time_order
 from pilot_tui.analysis.splits import group_split
 from pilot_tui.core.verdict import FAIL, PASS, WARN
-from pilot_tui.runner.inspection import inspect_task, pick_shown, render, role_of
+from pilot_tui.runner.checks.inspection import inspect_task, pick_shown, render, role_of
 from pilot_tui.tasks import demo_classify, demo_instruct
 
 RATIOS = {"train": 0.8, "validation": 0.1, "test": 0.1}

@@ -392,8 +392,8 @@ def test_headless_shows_a_heartbeat_while_the_task_opens_and_nothing_when_it_is_
 
 
 def test_tensors_compare_bitwise_where_finite_and_name_a_nan_that_moved():
-    from pilot_tui.runner.finiteness import finite_equal, non_finite
-    from pilot_tui.runner.resume_check import compare
+    from pilot_tui.runner.checks.finiteness import finite_equal, non_finite
+    from pilot_tui.runner.loop.resume_check import compare
 
     nan, inf = float("nan"), float("inf")
     a = torch.tensor([1.0, nan, inf, 2.0])
@@ -436,7 +436,7 @@ def test_a_loss_averaged_per_microbatch_fails_the_accumulation_check(tmp_path, m
 def test_the_first_update_is_the_same_whether_the_checks_ran_or_not(tmp_path):
     """The checks run from the state before the first update and leave it and the RNG as found:
     the update's loss and weights equal those of a plain `train_update` from the same seed."""
-    from pilot_tui.runner.training import train_update
+    from pilot_tui.runner.loop.training import train_update
 
     ctx = context(tmp_path / "with", "lm_own_loss", {"loss": "sum"})
     row = run(ctx, "first_step")
@@ -584,7 +584,7 @@ def test_use_cache_false_left_in_the_config_warns_at_export(tmp_path):
 
 def test_a_resume_mismatch_is_named_by_its_edge():
     """`classify` as another loop (a trainer adapter) calls it with its own figures."""
-    from pilot_tui.runner.resume_edges import EPOCH_BOUNDARY, FIRST_WINDOW, WORKERS, classify
+    from pilot_tui.runner.loop.resume_edges import EPOCH_BOUNDARY, FIRST_WINDOW, WORKERS, classify
 
     # Resumed at update 6 of epochs of 10 updates: only update 7 differs, later ones agree.
     assert classify(7, 6, 10, 0, data_differs=True, later_match=True) == FIRST_WINDOW

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pilot_tui.runner import objective
-from pilot_tui.runner.training import TrainConfig, TrainState, build_state, collate, train_update
+from pilot_tui.runner.checks import objective
+from pilot_tui.runner.loop.training import TrainConfig, TrainState, build_state, collate, train_update
 from pilot_tui.tasks.demo_instruct import make_task
 
 CPU = torch.device("cpu")

@@ -16,15 +16,15 @@ import torch
 from pilot_tui.core import dimensions
 from pilot_tui.core.dimensions import OPTIMIZERS, Dimension
 from pilot_tui.core.spec import SpecError, load_spec
-from pilot_tui.runner import optimizers
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.in_process import InProcessLink
-from pilot_tui.runner.memory_estimate.campaign import Target, fake_config
-from pilot_tui.runner.memory_estimate.fake_run import run_fake
-from pilot_tui.runner.memory_estimate.sources import task_source
+from pilot_tui.runner.loop import optimizers
+from pilot_tui.runner.loop.residency import state_bytes
+from pilot_tui.runner.loop.training import TrainConfig, lr_lambda, train_update
+from pilot_tui.runner.memory.estimate.campaign import Target, fake_config
+from pilot_tui.runner.memory.estimate.fake_run import run_fake
+from pilot_tui.runner.memory.estimate.sources import task_source
 from pilot_tui.runner.phases.stack import check_optimizers
-from pilot_tui.runner.residency import state_bytes
-from pilot_tui.runner.training import TrainConfig, lr_lambda, train_update
 from pilot_tui.session.driver import Session
 from pilot_tui.tasks.loader import load_task
 from tests.conftest import FAST, deep_merge, demo_raw

@@ -18,8 +18,8 @@ from conftest import FAST, deep_merge, demo_raw
 
 from pilot_tui.analysis.plan import read_facts
 from pilot_tui.analysis.plan.rental import restart
-from pilot_tui.runner.data import UpdateSampler
-from pilot_tui.runner.resume_check import compare
+from pilot_tui.runner.loop.data import UpdateSampler
+from pilot_tui.runner.loop.resume_check import compare
 from pilot_tui.session.driver import Session
 
 # 88 training examples / (8 × 2) = 5 updates per epoch: resuming after 4 and training 3 more

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from pilot_tui.core.reasons import exception_line, first_line
-from pilot_tui.runner import objective
-from pilot_tui.runner.achievable import achievable, still_improving
+from pilot_tui.runner.checks import objective
+from pilot_tui.runner.checks.achievable import achievable, still_improving
 from pilot_tui.runner.phases.fit_search import at_length, point_label
 from pilot_tui.tasks.contract import CAUSAL_LM, CLASSIFICATION, Task
 

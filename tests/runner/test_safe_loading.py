@@ -15,9 +15,14 @@ import torch
 import pilot_tui
 from pilot_tui.core.hashing import artifact_entry, sha256_file
 from pilot_tui.core.spec import load_spec
-from pilot_tui.runner.checkpoint import export_weights, load_training_state, load_weights, save_training_state
 from pilot_tui.runner.context import RunContext
-from pilot_tui.runner.fresh_process import EXIT_REFUSED, read_tensors
+from pilot_tui.runner.loop.checkpoint import (
+    export_weights,
+    load_training_state,
+    load_weights,
+    save_training_state,
+)
+from pilot_tui.runner.processes.fresh_process import EXIT_REFUSED, read_tensors
 from pilot_tui.runner.safe_load import (
     UnsafeLoadError,
     check_torch_version,
@@ -94,13 +99,13 @@ def test_fresh_processes_refuse_a_malicious_checkpoint_and_artifact(evil, write_
     common = ["--spec", str(spec_path), "--spec-sha256", loaded.sha256, "--threads", "1"]
     sha = sha256_file(evil["zip"])
     resume = [
-        "pilot_tui.runner.resume_process",
+        "pilot_tui.runner.processes.resume_process",
         *common,
         *("--out", str(tmp_path / "w1"), "--checkpoint", str(evil["zip"]), "--sha256", sha),
         *("--config", json.dumps(ctx.config().params()), "--updates", "1"),
     ]
     reload = [
-        "pilot_tui.runner.reload_process",
+        "pilot_tui.runner.processes.reload_process",
         *common,
         *("--out", str(tmp_path / "w2"), "--artifact", str(evil["zip"]), "--sha256", sha),
     ]

@@ -14,10 +14,10 @@ from conftest import FAST, deep_merge, demo_raw
 
 from pilot_tui.core.hashing import artifact_entry
 from pilot_tui.core.spec import parse_spec
-from pilot_tui.runner.checkpoint import resume_from, save_training_state
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.distributed.sharded import verify_sharded
-from pilot_tui.runner.resume_check import final_tensors, observe_update
+from pilot_tui.runner.loop.checkpoint import resume_from, save_training_state
+from pilot_tui.runner.loop.resume_check import final_tensors, observe_update
 from pilot_tui.runner.safe_load import UnsafeLoadError
 from pilot_tui.tasks.loader import load_task
 
@@ -101,7 +101,7 @@ def test_a_dcp_checkpoint_holding_a_non_tensor_item_is_refused(ctx, tmp_path):
 def test_a_resume_at_another_world_size_passes_within_tolerance_and_fails_beyond_it():
     """The resharded legs' comparison: float noise of another reduction order passes, a real
     difference (a restarted schedule, a perturbed moment) fails and is named."""
-    from pilot_tui.runner.resume_check import RESHARD_RTOL, compare
+    from pilot_tui.runner.loop.resume_check import RESHARD_RTOL, compare
 
     ref = [{"step": 3, "lr": 1e-3, "batch": [1, 2], "loss": 2.5, "epoch": 0}]
     tensors = {"model/w": torch.linspace(-1, 1, 8), "optim/w/exp_avg": torch.full((8,), 1e-4)}

@@ -22,11 +22,11 @@ from pilot_tui.analysis.step_time import SPEED_MOVED_FLOOR, WINDOWS, mean_interv
 from pilot_tui.core.events import PhaseProgress
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
-from pilot_tui.runner import speed_reference
 from pilot_tui.runner.context import RunContext
-from pilot_tui.runner.data import UpdateSampler
+from pilot_tui.runner.loop.data import UpdateSampler
 from pilot_tui.runner.phases.base import execute
-from pilot_tui.runner.steady_timing import StopRule, UpdateClock, timing_message
+from pilot_tui.runner.timing import speed_reference
+from pilot_tui.runner.timing.steady import StopRule, UpdateClock, timing_message
 from pilot_tui.tasks.loader import load_task
 
 

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from pilot_tui.runner.trainer.capture import CaptureError, capture
-from pilot_tui.runner.trainer.resume_gate import compare_steps
+from pilot_tui.runner.subject.trainer.capture import CaptureError, capture
+from pilot_tui.runner.subject.trainer.resume_gate import compare_steps
 
 BUILD = """
     import sys
@@ -102,9 +102,9 @@ def test_the_resume_comparison_is_exact_and_missing_values_differ():
 
 def test_a_probe_raising_in_the_loop_unwinds_train(tiny, tmp_path):
     """How a cancel or a phase's time ceiling stops the trainer's own loop mid-run."""
-    from pilot_tui.runner.trainer.loop import train_steps
-    from pilot_tui.runner.trainer.probe import StepProbe
-    from pilot_tui.runner.trainer.settings import apply_pilot_settings
+    from pilot_tui.runner.subject.trainer.loop import train_steps
+    from pilot_tui.runner.subject.trainer.probe import StepProbe
+    from pilot_tui.runner.subject.trainer.settings import apply_pilot_settings
 
     script = _script(tmp_path, BUILD + "\n    trainer.train()\n")
     trainer = capture(script, [str(tiny.model)], cwd=tmp_path).trainer

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pilot_tui.core.spec import load_spec
-from pilot_tui.runner.trainer.fresh_variant import handed_back, phases_for
+from pilot_tui.runner.subject.trainer.fresh_variant import handed_back, phases_for
 
 CAMPAIGN = """[campaign]
 name = "sft"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pilot_tui.runner.trainer.adapter import adapt
-from pilot_tui.runner.trainer.capture import capture
-from pilot_tui.runner.trainer.data_gates import compare_splits
+from pilot_tui.runner.subject.trainer.adapter import adapt
+from pilot_tui.runner.subject.trainer.capture import capture
+from pilot_tui.runner.subject.trainer.data_gates import compare_splits
 
 from .conftest import SCRIPTS, shared_campaign
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from datasets import Dataset
 
-from pilot_tui.runner.trainer.adapter import Rows
-from pilot_tui.runner.trainer.ranks import disagreement, rows_digest, weights_digest
+from pilot_tui.runner.subject.trainer.adapter import Rows
+from pilot_tui.runner.subject.trainer.ranks import disagreement, rows_digest, weights_digest
 
 
 def _rows(ids: list[list[int]]) -> Rows:

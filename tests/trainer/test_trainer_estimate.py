@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pilot_tui.runner.memory_estimate.fake_run import FakeConfig, run_fake
-from pilot_tui.runner.trainer.adapter import adapt
-from pilot_tui.runner.trainer.capture import capture
-from pilot_tui.runner.trainer.estimate import trainer_optimizer
-from pilot_tui.runner.trainer.loop import unwrapped
+from pilot_tui.runner.memory.estimate.fake_run import FakeConfig, run_fake
+from pilot_tui.runner.subject.trainer.adapter import adapt
+from pilot_tui.runner.subject.trainer.capture import capture
+from pilot_tui.runner.subject.trainer.estimate import trainer_optimizer
+from pilot_tui.runner.subject.trainer.loop import unwrapped
 
 from .conftest import SCRIPTS
 
@@ -55,7 +55,7 @@ def test_a_model_holding_two_adapters_is_said_not_estimable(tiny):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pilot_tui.runner.trainer.estimate import NotEstimable, rebuilder
+    from pilot_tui.runner.subject.trainer.estimate import NotEstimable, rebuilder
 
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny.model), LoraConfig(r=4))
     _, what = rebuilder(model)  # the correct twin: one adapter

@@ -61,7 +61,7 @@ def plain(module: str, args: list[str]) -> None:
 
 
 def die_with_parent() -> None:
-    # Every process pilot-tui starts dies with its starter (runner/lifetime.py); this one must
+    # Every process pilot-tui starts dies with its starter (runner/processes/lifetime.py); this one must
     # too, or a killed caller would leave this process, and so the child, behind.
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 

@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from ...core.reasons import first_line
 from ...core.spec import SpecError, endpoint_ok, load_spec
-from ..fresh_process import task_file_sha256
+from ..processes.fresh_process import task_file_sha256
 from .group import root_cause, start_torchrun, torchrun_command
 
 POLL_S = 0.2

@@ -34,7 +34,7 @@ from ...core.events import json_restored
 from ...core.launch import module_command, torchrun_script
 from ...core.reasons import first_line
 from ...core.verdict import FAIL
-from ..determinism import apply_spawn_env
+from ..processes.determinism import apply_spawn_env
 
 POLL_S = 0.05
 AGENT_SILENT_S = 10.0  # an agent beats twice a second: this long without one, its node is gone

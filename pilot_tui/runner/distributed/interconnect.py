@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..probes import synchronize
+from ..memory.probes import synchronize
 
 
 def bus_bandwidth(nbytes: float, seconds: float, ranks: int) -> tuple[float, float]:

@@ -22,7 +22,7 @@ from ...core.spec import LoadedSpec
 from ...core.steps import Step
 from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict, worst
 from ..context import Cancelled, RunContext
-from ..fresh_process import task_file_sha256
+from ..processes.fresh_process import task_file_sha256
 from .group import START_GRACE_S, GroupFailure, Nodes, RankGroup, default_backend
 
 # The engine phases, the variant phases (same names), resume and final run on the ranks; the

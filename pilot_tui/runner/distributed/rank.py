@@ -32,11 +32,11 @@ from ...core.spec import load_spec
 from ...core.steps import Step
 from ...tasks.loader import load_task
 from ..context import RunContext
-from ..fresh_process import task_file_sha256
-from ..lifetime import die_with_parent, exit_without_collecting
+from ..loop.residency import MIB, state_bytes
 from ..phases import PHASES, execute
 from ..phases.base import AFTER_ROW, Outcome
-from ..residency import MIB, state_bytes
+from ..processes.fresh_process import task_file_sha256
+from ..processes.lifetime import die_with_parent, exit_without_collecting
 from . import state as dist_state
 from .interconnect import measure_allreduce
 
@@ -163,7 +163,7 @@ def _open(loaded, device: torch.device, forward: Forward, work_dir: Path) -> Run
     (its Trainer reads LOCAL_RANK / WORLD_SIZE and joins the group this rank already started)."""
     if loaded.spec.task.trainer_script:
         # transformers loads only for a trainer campaign.
-        from ..trainer.campaign import open_trainer_campaign
+        from ..subject.trainer.campaign import open_trainer_campaign
 
         return open_trainer_campaign(loaded, forward, work_dir, threading.Event(), heartbeat=forward.beat)
     return RunContext(loaded, load_task(loaded), device, forward, work_dir, heartbeat=forward.beat)

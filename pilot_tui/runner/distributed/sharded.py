@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..finiteness import finite_equal
+from ..checks.finiteness import finite_equal
 from ..safe_load import UnsafeLoadError, check_torch_version, load_checkpoint, verify_provenance
 from . import state as dist_state
 

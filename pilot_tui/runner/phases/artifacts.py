@@ -5,15 +5,15 @@ from __future__ import annotations
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
 from ...core.verdict import WARN
-from .. import finiteness
-from ..checkpoint import export_weights, load_training_state, load_weights, save_training_state
+from ..checks import finiteness
 from ..context import RunContext
 from ..distributed import state as dist_state
 from ..distributed.sharded import kind_for, verify_sharded
-from ..replay import replay_inputs
-from ..replay_store import save_replays
-from ..serving_check import config_warnings
-from ..training import TrainState
+from ..loop.checkpoint import export_weights, load_training_state, load_weights, save_training_state
+from ..loop.replay import replay_inputs
+from ..loop.replay_store import save_replays
+from ..loop.serving_check import config_warnings
+from ..loop.training import TrainState
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 from .resume import _unused
 

@@ -19,13 +19,13 @@ from ...core.reasons import exception_line, message_line
 from ...core.rows import phase_row
 from ...core.steps import Step
 from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict
-from .. import probes
 from ..context import Cancelled, RunContext
-from ..cuda_fault import POISONED, is_sticky
-from ..deadline import DeadlineExceeded, phase_deadline
-from ..faults import disk_full_reason, is_cpu_oom, is_disk_full
-from ..oom import is_oom
-from ..probes import MemoryProbe
+from ..memory import probes
+from ..memory.cuda_fault import POISONED, is_sticky
+from ..memory.faults import disk_full_reason, is_cpu_oom, is_disk_full
+from ..memory.oom import is_oom
+from ..memory.probes import MemoryProbe
+from ..timing.deadline import DeadlineExceeded, phase_deadline
 
 # ctx.memo key set when a step poisoned the CUDA context: the runner ends after that row.
 POISONED_KEY = "cuda_poisoned"
@@ -119,7 +119,7 @@ def finite(x: float) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-# Kept under its old name for the phases that import it; the classification lives in runner/oom.py.
+# Kept under its old name for the phases that import it; the classification lives in runner/memory/oom.py.
 _is_oom = is_oom
 
 
@@ -225,7 +225,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
 
 
 def _poisoned_outcome(ctx: RunContext, run: PhaseRun, outcome: Outcome, error: str) -> Outcome:
-    """The row of a step whose CUDA context can no longer be used (runner/cuda_fault.py)."""
+    """The row of a step whose CUDA context can no longer be used (runner/memory/cuda_fault.py)."""
     shape = f" on input {run.current_input}" if run.current_input else ""
     error = error.removeprefix(f"{POISONED}: ")
     reason = (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from ..context import RunContext
-from ..probes import synchronize
-from ..training import collate, evaluate
+from ..loop.training import collate, evaluate
+from ..memory.probes import synchronize
 from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
 
 

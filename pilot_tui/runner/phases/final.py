@@ -14,12 +14,18 @@ import torch
 
 from ...core.verdict import WARN
 from ..context import RunContext
-from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
-from ..probes import release_cache
-from ..replay import ReplayOutput
-from ..replay_store import load_replays
+from ..loop.replay import ReplayOutput
+from ..loop.replay_store import load_replays
+from ..loop.serving_check import generation_warnings
+from ..memory.probes import release_cache
+from ..processes.fresh_process import (
+    EXIT_REFUSED,
+    FreshProcessFailed,
+    context_args,
+    read_tensors,
+    start_fresh_process,
+)
 from ..safe_load import UnsafeLoadError
-from ..serving_check import generation_warnings
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
 
@@ -117,7 +123,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     release_cache(ctx.device)
     out_dir = ctx.work_dir / "final-worker"
     worker = start_fresh_process(
-        "pilot_tui.runner.reload_process",
+        "pilot_tui.runner.processes.reload_process",
         [
             *context_args(ctx),
             "--out",

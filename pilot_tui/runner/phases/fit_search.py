@@ -24,10 +24,10 @@ from ...core.rows import peak_counter
 from ...core.spec import FitSearchSpec
 from ...core.verdict import FAIL, WARN
 from ..context import Cancelled, RunContext
-from ..cuda_fault import is_sticky
-from ..oom import is_oom
-from ..probes import MemoryProbe, synchronize
-from ..training import collate, evaluate, train_update
+from ..loop.training import collate, evaluate, train_update
+from ..memory.cuda_fault import is_sticky
+from ..memory.oom import is_oom
+from ..memory.probes import MemoryProbe, synchronize
 from .base import Outcome, PhaseRun, phase
 from .eval_longest import raw_lengths
 

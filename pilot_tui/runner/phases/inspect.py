@@ -1,13 +1,13 @@
 """`inspect`: the examples exactly as the model receives them, and what the loss sees (R1, R2).
 
-Thin on purpose: the analysis lives in `runner/inspection.py`; this turns it into a row.
+Thin on purpose: the analysis lives in `runner/checks/inspection.py`; this turns it into a row.
 """
 
 from __future__ import annotations
 
 from ...analysis.checks import Check, CheckResult, verdict_of
+from ..checks.inspection import SEEN_MEMO, inspect_task, model_output
 from ..context import RunContext
-from ..inspection import SEEN_MEMO, inspect_task, model_output
 from .base import Outcome, PhaseRun, phase
 
 

@@ -30,9 +30,9 @@ from ...core.reasons import exception_line
 from ...core.spec import LRBoardSpec, StopSpec
 from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, WARN
 from ...tasks.contract import CAUSAL_LM, Batch
-from .. import objective
+from ..checks import objective
 from ..context import Cancelled, RunContext
-from ..training import TrainConfig, TrainState, autocast, collate, train_update
+from ..loop.training import TrainConfig, TrainState, autocast, collate, train_update
 from .base import Outcome, PhaseFailure, PhaseRun, phase
 
 # Overrides an LR run accepts besides the dimensions that allow it (core/dimensions.py: lr,

@@ -19,10 +19,10 @@ import torch
 
 from ...core.verdict import FAIL
 from ...tasks.contract import CAUSAL_LM, Batch, Task
-from .. import objective
-from ..achievable import achievable, still_improving
+from ..checks import objective
+from ..checks.achievable import achievable, still_improving
 from ..context import RunContext
-from ..training import autocast, build_state, collate, train_update
+from ..loop.training import autocast, build_state, collate, train_update
 from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
 
 # (expected, predicted) pairs kept in the row.

@@ -23,21 +23,28 @@ import torch
 
 from ...core.events import RecordUpdate
 from ...core.hashing import artifact_entry
-from .. import finiteness, resume_edges
-from ..checkpoint import rest_state, rng_state, set_rng_state, training_state, write_checkpoint
+from ..checks import finiteness
 from ..context import RunContext
-from ..determinism import deterministic
 from ..distributed import state as dist_state
 from ..distributed.sharded import kind_for, save_sharded
-from ..fresh_process import EXIT_REFUSED, FreshProcessFailed, context_args, read_tensors, start_fresh_process
-from ..probes import release_cache
-from ..resume_check import (
+from ..loop import resume_edges
+from ..loop.checkpoint import rest_state, rng_state, set_rng_state, training_state, write_checkpoint
+from ..loop.resume_check import (
     NONDETERMINISTIC_RTOL,
     RESHARD_RTOL,
     compare,
     final_tensors,
     next_draws,
     observe_update,
+)
+from ..memory.probes import release_cache
+from ..processes.determinism import deterministic
+from ..processes.fresh_process import (
+    EXIT_REFUSED,
+    FreshProcessFailed,
+    context_args,
+    read_tensors,
+    start_fresh_process,
 )
 from ..safe_load import UnsafeLoadError
 from .base import Outcome, PhaseFailure, PhaseRun, phase
@@ -150,7 +157,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     timings: dict[str, float] = {}
     total = k + n + 1  # the last unit is the new process
 
-    # Deterministic kernels on both sides (runner/determinism.py); the ops that have none are
+    # Deterministic kernels on both sides (runner/processes/determinism.py); the ops that have none are
     # collected (when the block ends) so the comparison can say why it needs a tolerance.
     with deterministic() as nondeterministic:
         # A fresh state of its own: the check never moves the campaign's control state.
@@ -367,7 +374,7 @@ def _resumed(
     ]
     if entry.get("files") is not None:
         args += ["--files", str(entry["files"])]
-    worker = start_fresh_process("pilot_tui.runner.resume_process", args, out_dir, nproc=nproc)
+    worker = start_fresh_process("pilot_tui.runner.processes.resume_process", args, out_dir, nproc=nproc)
     try:
         result, worker_s = worker.wait(ctx)
     except FreshProcessFailed as exc:

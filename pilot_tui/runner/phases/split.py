@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from ...analysis.leakage import check_splits
 from ...analysis.splits import group_split
+from ..checks.inspection import SEEN_MEMO, seen_digests
 from ..context import RunContext
-from ..inspection import SEEN_MEMO, seen_digests
 from .base import Outcome, PhaseRun, phase
 
 

@@ -20,12 +20,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ...core.dimensions import OPTIMIZERS
 from ...core.reasons import exception_line, first_line
 from ...core.verdict import FAIL, PASS, WARN
-from .. import optimizers
 from ..context import RunContext
 from ..distributed.group import GroupFailure
 from ..distributed.launcher import backend, measure_interconnect, world_size
 from ..environment import gpus
-from ..speed_reference import reference_s
+from ..loop import optimizers
+from ..timing.speed_reference import reference_s
 from .base import Outcome, PhaseRun, phase
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

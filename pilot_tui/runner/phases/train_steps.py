@@ -13,12 +13,14 @@ from ...analysis import rank_data
 from ...analysis.loss_trend import loss_trend
 from ...analysis.step_time import mean_interval
 from ...core.verdict import WARN
-from .. import finiteness, objective_gate
+from ..checks import finiteness
 from ..context import RunContext
 from ..distributed import state as dist_state
-from ..probes import forget_peaks, synchronize
-from ..speed_reference import reference_s
-from ..steady_timing import (
+from ..loop import objective_gate
+from ..loop.training import TrainState, UpdateStats, train_update
+from ..memory.probes import forget_peaks, synchronize
+from ..timing.speed_reference import reference_s
+from ..timing.steady import (
     PROGRESS_PERIOD_S,
     FrozenHeap,
     LossTap,
@@ -35,7 +37,6 @@ from ..steady_timing import (
     timing_message,
     timing_notes,
 )
-from ..training import TrainState, UpdateStats, train_update
 from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
 from .load import tensor_mb
 
@@ -321,7 +322,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         **times_details(times),
         **load_details(load_before, machine_load()),
         # A fixed CPU workload's seconds just before and after the loop: did the machine's speed
-        # move while it was timed (runner/speed_reference.py)?
+        # move while it was timed (runner/timing/speed_reference.py)?
         "speed_reference_s": speed,
         "examples_per_s": examples / timed,
         "tokens_per_s": tokens / timed,

@@ -21,9 +21,9 @@ from ...core.reasons import exception_line
 from ...core.rows import read_rows
 from ...core.steps import Step
 from ...tasks.contract import CAUSAL_LM
-from .. import objective
+from ..checks import objective
 from ..context import RunContext
-from ..residency import (
+from ..loop.residency import (
     MIB,
     gradient_tensors,
     optimizer_tensors,
@@ -32,7 +32,7 @@ from ..residency import (
     tensors_bytes,
     weight_tensors,
 )
-from ..training import TrainState, autocast, collate
+from ..loop.training import TrainState, autocast, collate
 from .base import after_row, before_step
 
 ENTRIES = "variant_entries"  # ctx.memo key: id -> the entry emitted for it

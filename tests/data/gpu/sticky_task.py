@@ -3,7 +3,7 @@
 On a GPU, a device-side assert (a label past the vocabulary, say) fails the forward, and from
 then on every CUDA call of the process raises the same error — `torch.cuda.synchronize()` first.
 This task reproduces exactly that on the CPU: the first training forward raises the CUDA error
-text, and from that moment `pilot_tui.runner.probes.synchronize` (what the runner calls to wait
+text, and from that moment `pilot_tui.runner.memory.probes.synchronize` (what the runner calls to wait
 for the device) raises it too, in this process only. It happens once per campaign (a marker file
 named by the `marker` option), so a step run in a *new* runner finds a healthy process.
 """
@@ -14,7 +14,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from pilot_tui.runner import probes
+from pilot_tui.runner.memory import probes
 from pilot_tui.tasks.contract import Task
 from pilot_tui.tasks.demo_instruct import make_task as demo_task
 

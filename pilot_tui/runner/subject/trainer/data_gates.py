@@ -1,0 +1,258 @@
+"""The data gates and `load` on a captured trainer: what the script built, its rows as the loss
+sees them, its splits, and a tiny subset learnt through its own `training_step`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ....analysis.checks import Check, CheckResult, verdict_of
+from ....core.verdict import FAIL, PASS, WARN
+from ...checks.inspection import ModelOutput, inspect_task
+from ...context import RunContext
+from ...phases.base import Outcome, PhaseFailure, PhaseRun, finite
+from ...phases.inspect import with_task_checks
+from ...phases.load import tensor_mb
+from . import loop
+from .adapter import completion_labels
+from .batches import loader_view
+from .ranks import require_agreement
+from .registry import INITIAL, adapter_of, body, trainer_of
+
+
+def _output_size(model: torch.nn.Module) -> ModelOutput:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return ModelOutput(int(head.weight.shape[0]), how="output embeddings")
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return (
+        ModelOutput(int(size), how="config.vocab_size") if size else ModelOutput(None, "no output size found")
+    )
+
+
+@body("load")
+def load(ctx: RunContext, run: PhaseRun) -> Outcome:
+    trainer, cap = trainer_of(ctx), ctx.memo["trainer_capture"]
+    agreement = require_agreement(ctx)  # on several ranks: the same rows everywhere
+    model = loop.unwrapped(trainer)
+    params = list(model.parameters())
+    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise PhaseFailure(f"non-finite weights after the script built the model: {', '.join(bad[:5])}")
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    a = trainer.args
+    details = {
+        "script": cap["script"],
+        "argv": cap["argv"],
+        "capture_s": round(cap["seconds"], 3),
+        "capture_rss_mb": cap["rss_mb"],
+        "what_ran": "everything the script did before train(): model load, tokenisation, packing",
+        "trainer": type(trainer).__name__,
+        "model": type(model).__name__,
+        "parameters": sum(p.numel() for p in params),
+        "trainable_parameters": trainable,
+        "weights_mb": round(tensor_mb(params), 3),
+        "dtype": str(params[0].dtype).removeprefix("torch.") if params else "",
+        "trainable": f"{trainable:,} of {sum(p.numel() for p in params):,} parameters trainable",
+        "train_examples": len(adapter_of(ctx).train),
+        "eval_examples": adapter_of(ctx).eval_examples(),
+        "eval_sets": {split: len(rows) for split, rows in adapter_of(ctx).evals().items()},
+        "per_device_train_batch_size": a.per_device_train_batch_size,
+        "gradient_accumulation_steps": a.gradient_accumulation_steps,
+        "learning_rate": a.learning_rate,
+        "lr_scheduler_type": str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)),
+        "optim": str(getattr(a.optim, "value", a.optim)),
+        "precision": "bf16" if a.bf16 else "fp16" if a.fp16 else "fp32",
+        "activation_checkpointing": loop.checkpointing(a),
+        "collator": getattr(trainer.data_collator, "__name__", type(trainer.data_collator).__name__),
+        "pilot_changed": cap["changes"],
+        "versions": cap["versions"],
+        # What the trainer itself made of the launch (torchrun's LOCAL_RANK / WORLD_SIZE).
+        "trainer_world_size": int(a.world_size),
+        "trainer_process_index": int(a.process_index),
+        "distributed_type": str(getattr(trainer.accelerator.state.distributed_type, "value", "")),
+    } | agreement
+    if cap["train_kwargs"]:
+        details["train_called_with"] = {k: str(v) for k, v in cap["train_kwargs"].items()}
+    reason = (
+        f"captured {type(trainer).__name__} in {cap['seconds']:.2f} s (everything before train()); "
+        f"the pilot changed {len(cap['changes'])} settings"
+    )
+    return Outcome(PASS, reason, details, duration_s=round(cap["seconds"], 4))
+
+
+@body("inspect")
+def inspect(ctx: RunContext, run: PhaseRun) -> Outcome:
+    adapter, trainer = adapter_of(ctx), trainer_of(ctx)
+    show = int(run.overrides.get("inspect_examples") or ctx.spec.inspect.examples)
+    run.current_input = {"examples": len(adapter.train), "split": "train"}
+    result = inspect_task(
+        adapter.task,
+        max_length=0,
+        supervise_prompt=ctx.spec.task.supervise_prompt,
+        declared_names=[],
+        show=show,
+        microbatch=1,
+        splits={"train": ctx.splits["train"]},
+        output=_output_size(loop.unwrapped(trainer)),
+    )
+    result = with_task_checks(ctx, result)
+    view = loader_view(trainer, adapter, show)
+    checks = [*_checks(result), *view.checks]
+    verdict, reason = verdict_of(checks)
+    details = result.details | {
+        "checks": [c.as_dict() for c in checks],
+        "examples": view.examples,
+        "loader_windows": view.windows,
+        "legend": view.legend,
+        "examples_scanned": len(adapter.train),
+    }
+    return Outcome(verdict, reason, details, params={"inspect_examples": show})
+
+
+def _checks(result: CheckResult) -> list[Check]:
+    return [
+        Check(r["name"], r["verdict"], r["message"], r.get("count", 0), r.get("ids", []))
+        for r in result.details.get("checks", [])
+    ]
+
+
+def _input_digest(batch: dict[str, torch.Tensor]) -> str:
+    ids = batch["input_ids"].reshape(-1)
+    return json.dumps(ids.tolist())
+
+
+@body("split")
+def split(ctx: RunContext, run: PhaseRun) -> Outcome:
+    adapter = adapter_of(ctx)
+    run.current_input = {"train": len(adapter.train), "eval": adapter.eval_examples()}
+    return compare_splits(adapter, ctx.check_cancel)
+
+
+def compare_splits(adapter: Any, check_cancel: Callable[[], None] = lambda: None) -> Outcome:
+    """Every eval set's inputs against every train row's: identical inputs fail, naming the set."""
+    evals = adapter.evals()
+    if not evals:
+        return Outcome(
+            WARN, "the script gives the trainer no eval_dataset: nothing to compare", {"eval_examples": 0}
+        )
+    seen: dict[str, int] = {}
+    for i in range(len(adapter.train)):
+        check_cancel()
+        seen.setdefault(_input_digest(adapter.train.one(i)), i)
+    same: list[tuple[str, int, int]] = []
+    per_set: dict[str, int] = {}
+    for name, rows in evals.items():
+        hits = [(name, j, seen[d]) for j in range(len(rows)) if (d := _input_digest(rows.one(j))) in seen]
+        per_set[name] = len(hits)
+        same += hits
+    details: dict[str, Any] = {
+        "train_examples": len(adapter.train),
+        "eval_examples": adapter.eval_examples(),
+        "eval_sets": {name: len(rows) for name, rows in evals.items()},
+        "same_input": len(same),
+        "same_input_by_set": per_set,
+        "pairs": [{"eval": f"{name}[{j}]", "train": f"train[{k}]"} for name, j, k in same[:10]],
+    }
+    sets = f" over {len(evals)} eval sets ({', '.join(evals)})" if len(evals) > 1 else ""
+    if same:
+        name, j, k = same[0]
+        which = ", ".join(f"{n}: {c} of {len(evals[n])}" for n, c in per_set.items() if c)
+        return Outcome(
+            FAIL,
+            f"{len(same)} eval examples have inputs identical to a train example ({which}; "
+            f"{name}[{j}] = train[{k}]): evaluation measures memorisation",
+            details,
+        )
+    return Outcome(
+        PASS,
+        f"no eval example has the inputs of a train example ({adapter.eval_examples()} compared{sets})",
+        details,
+    )
+
+
+@body("overfit")
+def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
+    """`training_step` (their compute_loss and normaliser) on a tiny subset, a plain AdamW at
+    `overfit.lr` stepping it; the captured weights are put back afterwards."""
+    trainer, adapter, o = trainer_of(ctx), adapter_of(ctx), ctx.spec.overfit
+    model = trainer.model
+    m = min(o.examples, len(adapter.train))
+    rows = [adapter.train.dataset[i] for i in range(m)]
+    batch = adapter.train.collate_fn(rows)
+    run.current_input = {"examples": m}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr)
+    losses: list[float] = []
+    try:
+        for step in range(o.max_steps):
+            ctx.check_cancel()
+            model.zero_grad(set_to_none=True)
+            num = trainer._get_num_items_in_batch([batch], trainer.args.device)
+            trainer.current_gradient_accumulation_steps = 1
+            loss = float(trainer.training_step(model, batch, num))
+            opt.step()
+            losses.append(loss)
+            ctx.progress(run.step.key, step + 1, o.max_steps, loss)
+            if not finite(loss) or loss < o.loss_below:
+                break
+        recovered = _recovered(model, trainer, batch)
+    finally:
+        del opt
+        loop.restore(loop.unwrapped(trainer), ctx.memo[INITIAL])
+    details = {
+        "examples": m,
+        "steps": len(losses),
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "losses": losses[:: max(1, len(losses) // 50)],
+        **({"recovered": recovered} if recovered is not None else {}),
+        "loss_below": o.loss_below,
+        "recover": o.recover,
+        "lr": o.lr,
+        "weights": "put back to the captured ones after the phase",
+    }
+    if not finite(losses[-1]):
+        raise PhaseFailure(f"non-finite loss at overfit step {len(losses)}", details)
+    argmax = (
+        f"argmax recovers {recovered:.0%} of the scored tokens"
+        if recovered is not None
+        else "the batches name no scored token to read an argmax against"
+    )
+    if losses[-1] < o.loss_below or (recovered is not None and recovered >= o.recover):
+        return Outcome(
+            PASS,
+            f"{m} examples learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g}, {argmax}",
+            details,
+        )
+    needs = f" (needs {o.recover:.0%})" if recovered is not None else ""
+    raise PhaseFailure(
+        f"{m} examples not learnt in {len(losses)} steps: loss {losses[0]:.3g} -> {losses[-1]:.3g} "
+        f"(needs < {o.loss_below:g}), {argmax}{needs}",
+        details,
+    )
+
+
+def _recovered(model: torch.nn.Module, trainer: Any, batch: dict[str, Any]) -> float | None:
+    """The share of scored tokens the model's argmax predicts; None for batches that name none."""
+    seq2seq = loop.encoder_decoder(model)
+    inputs = trainer._prepare_inputs(dict(batch))
+    if "labels" not in inputs:
+        if "completion_mask" not in inputs:
+            return None
+        # A preference batch: every sequence, scored where its completion mask is.
+        labels = completion_labels(inputs)
+        inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask")}
+        inputs["labels"] = labels
+    model.eval()
+    with torch.no_grad():
+        # An encoder-decoder builds its decoder inputs from the labels (shifted right): they stay.
+        labels = inputs["labels"] if seq2seq else inputs.pop("labels")
+        logits = model(**inputs).logits
+    model.train()
+    # The decoder's logit j predicts target j; a causal model's logit t predicts token t + 1.
+    pred, target = (logits.argmax(-1), labels) if seq2seq else (logits[:, :-1].argmax(-1), labels[:, 1:])
+    scored = target != -100
+    return float((pred == target)[scored].float().mean()) if scored.any() else 0.0

@@ -1,0 +1,321 @@
+"""The engine gates on a captured trainer: its own `train()` for the first update (after the
+accumulation check; steady is `steady_gate.py`), `evaluate()` on the longest rows, its own checkpoint,
+`save_model` and the reload of what it exported."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from ....core.hashing import sha256_file
+from ....core.verdict import PASS, WARN
+from ...context import RunContext
+from ...distributed import state as dist_state
+from ...phases.base import Outcome, PhaseFailure, PhaseRun, finite
+from ...phases.load import tensor_mb
+from ...processes.fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
+from . import fresh_variant, loop, replay
+from .ranks import require_agreement
+from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
+
+
+def _accumulation_rows(ctx: RunContext) -> list[Any]:
+    a = trainer_of(ctx).args
+    n = max(2, min(8, a.per_device_train_batch_size * a.gradient_accumulation_steps))
+    train = adapter_of(ctx).train
+    return [train.dataset[i] for i in range(min(n, len(train)))]
+
+
+def optimizer_state_mb(trainer: Any) -> float:
+    opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    if opt is None:
+        return 0.0
+    tensors = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return round(tensor_mb(tensors), 3)
+
+
+def configured(fn: Body) -> Body:
+    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`;
+    one that changes the script's args or env runs in a fresh capture (fresh_variant.py)."""
+
+    @functools.wraps(fn)
+    def run_configured(ctx: RunContext, run: PhaseRun) -> Outcome:
+        if fresh_variant.runs_fresh(ctx, run.step.variant):
+            return fresh_variant.fresh_phase(ctx, run)
+        cfg = ctx.config(run.step.variant, run.overrides)
+        with loop.batch_settings(
+            trainer_of(ctx), cfg.microbatch, cfg.accumulation, cfg.activation_checkpointing
+        ):
+            return fn(ctx, run)
+
+    return run_configured
+
+
+@body("first_step")
+@configured
+def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
+    trainer, adapter = trainer_of(ctx), adapter_of(ctx)
+    require_agreement(ctx)
+    from_start(ctx)
+    rows = _accumulation_rows(ctx)
+    run.current_input = {"accumulation_check_examples": len(rows)}
+    check, items = loop.accumulation_check(trainer, rows, adapter.train.collate_fn)
+    world = dist_state.world()
+    scaled = loop.rank_loss_scale(trainer, rows, adapter.train.collate_fn) if world > 1 else {}
+    probe = probe_for(ctx, run)
+    run.current_input = {"microbatch": trainer.args.per_device_train_batch_size, "update": 1}
+    loop.train_steps(trainer, 1, probe)
+    logged = probe.rows.get(1, {})
+    loss, gn = logged.get("loss", math.nan), logged.get("grad_norm", math.nan)
+    details: dict[str, Any] = {
+        "loss": loss,
+        "grad_norm": gn,
+        "lr": logged.get("learning_rate"),
+        "step_time_s": probe.step_times()[0] if probe.ends else None,
+        "optimizer_state_mb": optimizer_state_mb(trainer),
+        "train_batch_size": trainer._train_batch_size,
+        "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
+        "activation_checkpointing": loop.checkpointing(trainer.args),
+        # DistributedDataParallel on several ranks: the trainer wrapped its own model.
+        "trained_as": type(trainer.model_wrapped).__name__,
+        "accumulation": check.as_dict() | items,
+        "ran": "the trainer's own train() for max_steps = 1",
+    } | ({"rank_loss_scale": scaled} if scaled else {})
+    scale = scaled.get("scale")
+    if scale is not None and abs(scale - 1.0) > 1e-3:
+        raise PhaseFailure(
+            f"on {world} ranks the same rows' loss is {scale:.3g} × their one-process loss: compute_loss "
+            "divides by num_items_in_batch, which the trainer counts over every rank "
+            f"(average_tokens_across_devices), and does not multiply by the {world} processes as "
+            f"Trainer.compute_loss does: loss and gradients are {scale:.3g} × the intended",
+            details,
+        )
+    if not check.ok:
+        raise PhaseFailure(
+            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (the loss is "
+            f"{loop.loss_owner(trainer)}; does it average per microbatch and ignore num_items_in_batch?)",
+            details,
+        )
+    if not finite(loss) or not finite(gn):
+        raise PhaseFailure(
+            f"non-finite {'loss' if not finite(loss) else 'gradient norm'} at the first update", details
+        )
+    return Outcome(
+        PASS,
+        f"first update loss {loss:.4g}, grad norm {gn:.3g}; accumulation check: the same update cut into "
+        f"microbatches gives the same gradient ({check.grad_rel_diff:.1e} apart)",
+        details,
+    )
+
+
+def _subset(ds: Any, rows: list[int]) -> Any:
+    return ds.select(rows) if hasattr(ds, "select") else torch.utils.data.Subset(ds, rows)
+
+
+@body("eval_longest")
+@configured
+def eval_longest(ctx: RunContext, run: PhaseRun) -> Outcome:
+    """`evaluate()` on the longest rows of each eval set: one dataset, or each entry of a dict
+    under its own metric prefix (`eval_a_loss`), as the trainer evaluates them."""
+    trainer, adapter = trainer_of(ctx), adapter_of(ctx)
+    if not adapter.eval_sets:
+        return Outcome(
+            WARN, "the script gives the trainer no eval_dataset: nothing evaluated", {"examples": 0}
+        )
+    per_set: dict[str, dict[str, Any]] = {}
+    # One dataset is evaluated as itself; a dict as a dict (each under its own metric prefix).
+    chosen: dict[str, Any] = {}
+    single: Any = None
+    for split, (key, rows) in adapter.eval_sets.items():
+        k = max(1, min(len(rows), 2 * trainer.args.per_device_eval_batch_size))
+        lengths = [adapter.length(split, i) for i in range(len(rows))]
+        longest = sorted(range(len(lengths)), key=lambda i, n=lengths: -n[i])[:k]
+        ds = trainer.eval_dataset if key is None else trainer.eval_dataset[key]
+        if key is None:
+            single = _subset(ds, longest)
+        else:
+            chosen[key] = _subset(ds, longest)
+        per_set[split] = {"examples": k, "lengths": [lengths[i] for i in longest]}
+    longest_row = max(max(d["lengths"]) for d in per_set.values())
+    total = sum(d["examples"] for d in per_set.values())
+    run.current_input = {"examples": total, "longest": longest_row}
+    t0 = time.perf_counter()
+    metrics = trainer.evaluate(eval_dataset=single if single is not None else chosen)
+    seconds = time.perf_counter() - t0
+    for split, d in per_set.items():
+        d["eval_loss"] = metrics.get(f"{split}_loss", math.nan)
+    details: dict[str, Any] = {
+        "examples": total,
+        "lengths": [n for d in per_set.values() for n in d["lengths"]],
+        "eval_s": seconds,
+        "metrics": {key: v for key, v in metrics.items() if isinstance(v, int | float)},
+    }
+    if len(per_set) == 1:
+        details["eval_loss"] = next(iter(per_set.values()))["eval_loss"]
+    else:
+        details["eval_sets"] = per_set
+    bad = [split for split, d in per_set.items() if not finite(d["eval_loss"])]
+    if bad:
+        raise PhaseFailure(f"non-finite eval loss on the longest examples of {', '.join(bad)}", details)
+    losses = ", ".join(f"{split} {d['eval_loss']:.4g}" for split, d in per_set.items())
+    where = f"the {total} longest eval examples" + (
+        f" ({len(per_set)} sets, each's own)" if len(per_set) > 1 else ""
+    )
+    return Outcome(PASS, f"evaluate() on {where} ({longest_row} tokens): loss {losses}", details)
+
+
+def _folder(path: Path) -> dict[str, Any]:
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return {
+        "path": str(path),
+        "files": [str(p.relative_to(path)) for p in files],
+        "size_mb": round(sum(p.stat().st_size for p in files) / 2**20, 3),
+    }
+
+
+@body("save")
+def save(ctx: RunContext, run: PhaseRun) -> Outcome:
+    """The trainer's own checkpoint code (`_save_checkpoint`): model, optimizer, scheduler, RNG, state."""
+    trainer = trainer_of(ctx)
+    if trainer.optimizer is None:
+        raise PhaseFailure("no optimizer yet: first_step or steady must run before save")
+    t0 = time.perf_counter()
+    trainer._save_checkpoint(trainer.model, trial=None)
+    dist_state.barrier()  # on several ranks rank 0 writes the model and optimizer: wait for it
+    seconds = time.perf_counter() - t0
+    path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
+    if not path.is_dir():
+        raise PhaseFailure(f"the trainer wrote no checkpoint folder at {path}")
+    found = _folder(path)
+    need = {"trainer_state.json", "optimizer.pt", "scheduler.pt"}
+    missing = sorted(need - {Path(f).name for f in found["files"]})
+    details = found | {"save_s": seconds, "step": trainer.state.global_step}
+    if missing:
+        raise PhaseFailure(f"the checkpoint lacks {', '.join(missing)}: a resume would not be exact", details)
+    return Outcome(
+        PASS,
+        f"checkpoint of {found['size_mb']:.1f} MiB in {len(found['files'])} files, {seconds:.2f} s",
+        details,
+    )
+
+
+def _probe_batch(adapter: Any) -> dict[str, torch.Tensor]:
+    rows = adapter.eval if adapter.eval is not None else adapter.train
+    # An encoder-decoder's logits need decoder inputs: it builds them from the row's labels.
+    keys = ("input_ids", "attention_mask", "position_ids") + (("labels",) if adapter.encoder_decoder else ())
+    return {k: v for k, v in rows.one(0).items() if k in keys}
+
+
+@body("export")
+def export(ctx: RunContext, run: PhaseRun) -> Outcome:
+    """`save_model`: the weights (the adapter alone for peft) and the tokenizer, as the script would."""
+    trainer, adapter = trainer_of(ctx), adapter_of(ctx)
+    path = ctx.work_dir / "trainer-export"
+    t0 = time.perf_counter()
+    trainer.save_model(str(path))
+    dist_state.barrier()  # rank 0 alone writes the export
+    seconds = time.perf_counter() - t0
+    found = _folder(path)
+    adapter_only = (path / "adapter_config.json").is_file()
+    # What final compares: the exported model's logits on one row and its replies to the inputs.
+    batch = _probe_batch(adapter)
+    tok, inputs = adapter.tokenizer, list(ctx.spec.replay.inputs)
+    prompts = [replay.prompt_ids(tok, text) for text in inputs] if tok is not None else []
+    logits, replies = replay.view(loop.unwrapped(trainer), batch, prompts, set(adapter.ends))
+    ctx.memo[EXPORT_MEMO] = {
+        "path": path,
+        "adapter_only": adapter_only,
+        "batch": batch,
+        "prompts": prompts,
+        "logits": logits,
+        "replies": replies,
+        "inputs": inputs[: len(prompts)],
+        "model_class": type(loop.unwrapped(trainer)).__name__,
+    }
+    details = found | {
+        "export_s": seconds,
+        "adapter_only": adapter_only,
+        "controls": [{"input": t, "output": _decode(tok, r)} for t, r in zip(inputs, replies, strict=False)],
+    }
+    if not any(f.endswith((".safetensors", ".bin")) for f in found["files"]):
+        raise PhaseFailure(f"save_model wrote no weights file in {path}", details)
+    what = "the adapter alone" if adapter_only else "the model"
+    return Outcome(PASS, f"save_model wrote {what}: {found['size_mb']:.1f} MiB, {seconds:.2f} s", details)
+
+
+def _decode(tok: Any, ids: list[int]) -> str:
+    return tok.decode(ids) if tok is not None else " ".join(map(str, ids))
+
+
+@body("final")
+def final(ctx: RunContext, run: PhaseRun) -> Outcome:
+    """The export reloaded with from_pretrained (+ the adapter) in a new process: its logits and
+    replies must be the exported model's."""
+    exported = ctx.memo.get(EXPORT_MEMO)
+    if exported is None:
+        raise PhaseFailure("export has not run in this runner: nothing to reload")
+    tok = adapter_of(ctx).tokenizer
+    work = ctx.work_dir / "trainer-final"
+    work.mkdir(parents=True, exist_ok=True)
+    row_file = work / "row.safetensors"
+    save_file({k: v.contiguous() for k, v in exported["batch"].items()}, str(row_file))
+    stops = sorted(adapter_of(ctx).ends)
+    # The new process reads the row only through safe_load, against the hash written here.
+    row = {"path": str(row_file), "sha256": sha256_file(row_file), "size": row_file.stat().st_size}
+    request = {"batch": row, "prompts": exported["prompts"], "stops": stops}
+    (work / "inputs.json").write_text(json.dumps(request))
+    flags = ["--adapter-only"] if exported["adapter_only"] else []
+    worker = start_fresh_process(
+        "pilot_tui.runner.subject.trainer.reload_worker",
+        [
+            "--export", str(exported["path"]),
+            *flags,
+            "--model-class", exported["model_class"],
+            "--inputs", str(work / "inputs.json"),
+            "--threads", str(torch.get_num_threads()),
+            "--out", str(work / "out"),
+        ],
+        work / "out",
+    )  # fmt: skip
+    run.current_input = {"export": str(exported["path"])}
+    try:
+        result, seconds = worker.wait(ctx, timeout_s=ctx.spec.limit_for("final").time_s or 600.0)
+    except FreshProcessFailed as exc:
+        raise PhaseFailure(f"the reload in a new process failed: {exc}", {"stderr": exc.stderr}) from None
+    logits = read_tensors(result)["logits"]
+    diff = (
+        float((logits - exported["logits"]).abs().max())
+        if logits.shape == exported["logits"].shape
+        else math.inf
+    )
+    changed = [
+        {"input": t, "before": _decode(tok, b), "after": _decode(tok, a)}
+        for t, b, a in zip(exported["inputs"], exported["replies"], result["replies"], strict=True)
+        if b != a
+    ]
+    details = {
+        "reload_process_s": seconds,
+        "logits_max_abs_diff": diff,
+        "controls": [
+            {"input": t, "output": _decode(tok, a)}
+            for t, a in zip(exported["inputs"], result["replies"], strict=True)
+        ],
+        "controls_changed": changed,
+        "reloaded": result["model"],
+    }
+    if diff > 1e-5 or changed:
+        what = f"{len(changed)} replayed replies changed" if changed else f"logits differ by up to {diff:.3g}"
+        raise PhaseFailure(
+            f"the export reloaded in a new process is not the model that was exported: {what}", details
+        )
+    replies = f", {len(result['replies'])} replayed replies identical" if result["replies"] else ""
+    return Outcome(
+        PASS, f"reloaded with from_pretrained in a new process: logits identical{replies}", details
+    )

@@ -1,0 +1,184 @@
+"""`resume` on a captured trainer: run A here saves at step k by the trainer's own checkpoint
+code and continues to k + n; process C, new, captures the same script and resumes; steps
+k+1…k+n must be bitwise the same."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from packaging.version import Version
+
+from ....core.verdict import PASS, WARN
+from ...context import RunContext
+from ...phases.base import Outcome, PhaseFailure, PhaseRun
+from ...processes.fresh_process import FreshProcessFailed, start_fresh_process
+from . import loop
+from .registry import adapter_of, body, from_start, probe_for, trainer_of
+from .settings import RESUME_REFUSED
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def collator_draws(adapter: Any, rows: int = 4) -> bool:
+    """Whether the trainer's collator gives other batches under other RNG states (masking,
+    augmentation, random truncation): collated twice, seeded apart, every RNG put back after."""
+    train = adapter.train
+    chosen = [train.dataset[i] for i in range(min(rows, len(train)))]
+    py, npy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng():
+            outs = []
+            for seed in (1, 2):
+                torch.manual_seed(seed)
+                random.seed(seed)
+                np.random.seed(seed)
+                outs.append(dict(train.collate_fn(list(chosen))))
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+    return not _same(*outs)
+
+
+def resume_causes(trainer: Any, adapter: Any = None) -> tuple[list[str], list[str]]:
+    """(refusals, known library causes of inexactness) for this trainer's settings."""
+    a = trainer.args
+    refused = [f"{k} = true: {why}" for k, why in RESUME_REFUSED.items() if getattr(a, k, False)]
+    causes = []
+    if Version(transformers.__version__) < Version("5.0"):
+        causes.append(
+            f"transformers {transformers.__version__} < 5.0: resume inside epoch ≥ 1 reads another data order "
+            "and skips the last accumulation window (fixed in 5.0)"
+        )
+    if a.dataloader_num_workers > 0:
+        causes.append(
+            f"dataloader_num_workers = {a.dataloader_num_workers}: worker seeds differ after a resume"
+        )
+    sampling = getattr(
+        a, "train_sampling_strategy", "group_by_length" if getattr(a, "group_by_length", False) else ""
+    )
+    if sampling in ("group_by_length", "batch_rebalance"):
+        causes.append(f"{sampling} sampling: the length-grouped sampler draws from the global RNG")
+    collator = trainer.data_collator
+    if adapter is not None and collator_draws(adapter):
+        name = getattr(collator, "__name__", type(collator).__name__)
+        causes.append(
+            f"the collator {name} draws from the RNG (its batches change with the seed): after a resume the "
+            "trainer restores the RNG only once the first window is fetched, so that window draws other values"
+        )
+    return refused, causes
+
+
+COMPARED = ("loss", "grad_norm", "learning_rate", "digest")
+
+
+def compare_steps(
+    a_rows: dict[int, dict[str, Any]], c_rows: dict[int, dict[str, Any]], steps: range
+) -> tuple[list[dict[str, Any]], tuple[int, list[str]] | None]:
+    """Per step, whether run C logged exactly run A's values; and the first step that differs.
+    A value missing on either side is a difference, never two Nones compared equal."""
+    compared, first = [], None
+    for step in steps:
+        a, c = a_rows.get(step, {}), c_rows.get(step, {})
+        same = {key: a.get(key) is not None and a.get(key) == c.get(key) for key in COMPARED}
+        compared.append(
+            {
+                "step": step,
+                **{f"{key}_same": v for key, v in same.items()},
+                "loss_a": a.get("loss"),
+                "loss_c": c.get("loss"),
+            }
+        )
+        if first is None and not all(same.values()):
+            first = (step, [key for key, v in same.items() if not v])
+    return compared, first
+
+
+def hexes(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (float(v).hex() if isinstance(v, float) else v) for k, v in row.items()}
+
+
+@body("resume")
+def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
+    trainer = trainer_of(ctx)
+    k, n = ctx.spec.resume.k, ctx.spec.resume.n
+    refused, causes = resume_causes(trainer, adapter_of(ctx))
+    if refused:
+        raise PhaseFailure("a resume test would mean nothing: " + "; ".join(refused), {"refused": refused})
+    out = ctx.work_dir / "trainer-resume"
+    saved_dir = trainer.args.output_dir
+    trainer.args.output_dir = str(out / "run-a")
+    from_start(ctx)
+    probe = probe_for(ctx, run, save_at=(k,), digest=True)
+    run.current_input = {"k": k, "n": n, "run": "A (this process)"}
+    try:
+        loop.train_steps(trainer, k + n, probe)
+    finally:
+        trainer.args.output_dir = saved_dir
+    checkpoint = out / "run-a" / f"checkpoint-{k}"
+    if not checkpoint.is_dir():
+        raise PhaseFailure(f"run A saved no checkpoint at step {k} ({checkpoint})")
+    a_rows = {r["step"]: hexes(r) for r in probe.ordered()}
+    run.current_input = {"k": k, "n": n, "run": "C (a new process)"}
+    c_dir = out / "run-c"
+    worker = start_fresh_process(
+        "pilot_tui.runner.subject.trainer.resume_worker",
+        [
+            "--spec", str(ctx.loaded.path),
+            "--spec-sha256", ctx.loaded.sha256,
+            "--script-sha256", ctx.memo["trainer_capture"]["script_sha256"],
+            "--threads", str(torch.get_num_threads()),
+            "--out", str(c_dir),
+            "--checkpoint", str(checkpoint),
+            "--steps", str(k + n),
+        ],
+        c_dir,
+    )  # fmt: skip
+    try:
+        result, seconds = worker.wait(ctx, timeout_s=ctx.spec.limit_for("resume").time_s or 900.0)
+    except FreshProcessFailed as exc:
+        raise PhaseFailure(f"the resumed process failed: {exc}", {"stderr": exc.stderr}) from None
+    c_rows = {int(r["step"]): r for r in result["rows"]}
+    compared, first_diff = compare_steps(a_rows, c_rows, range(k + 1, k + n + 1))
+    details: dict[str, Any] = {
+        "k": k,
+        "n": n,
+        "checkpoint": str(checkpoint),
+        "steps": compared,
+        "resume_process_s": seconds,
+        "causes": causes,
+        "compared": "loss, grad_norm, learning_rate (float.hex) and a sha256 of every parameter, per step",
+    }
+    if ctx.spec.distributed.strategy != "none":
+        # Run A and process C are one process each (the runner's own capture): see docs/trainer.md.
+        details["one_process"] = (
+            f"run A and process C ran on one process, not on the campaign's {ctx.spec.batch.replicas} ranks: "
+            "the script's checkpoint and resume path is checked, not a resume of every rank's RNG and data share"
+        )
+    if first_diff is not None:
+        step, keys = first_diff
+        named = f"; known causes in this setup: {'; '.join(causes)}" if causes else ""
+        raise PhaseFailure(
+            f"the resumed run differs from the uninterrupted one from step {step} ({', '.join(keys)}) "
+            f"after resuming at step {k}{named}",
+            details,
+        )
+    if len(c_rows) < n:
+        raise PhaseFailure(f"the resumed process logged {len(c_rows)} of {n} steps", details)
+    note = f" (warn: {'; '.join(causes)})" if causes else ""
+    note += " (on one process)" if "one_process" in details else ""
+    return Outcome(
+        WARN if causes else PASS,
+        f"resumed at step {k} in a new process: steps {k + 1}…{k + n} bitwise identical (loss, grad norm, LR, "
+        f"weights){note}",
+        details,
+    )

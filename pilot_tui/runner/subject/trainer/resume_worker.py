@@ -1,0 +1,59 @@
+"""Process C of a trainer campaign's resume check: `python -m pilot_tui.runner.subject.trainer.resume_worker`.
+
+It captures the same script with the same arguments and environment as the runner did (nothing
+is inherited but the command line and the environment), applies the same settings, calls
+`train(resume_from_checkpoint=…)` and writes each step's loss, grad norm, LR (float.hex) and a
+digest of the weights to `result.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from ...processes.fresh_process import RESULT_FILE, run_fresh_process
+from ...processes.lifetime import die_with_parent
+from .campaign import capture_for, load_checked
+from .loop import train_steps
+from .probe import StepProbe
+from .resume_gate import hexes
+from .settings import apply_pilot_settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pilot_tui.runner.subject.trainer.resume_worker")
+    p.add_argument("--spec", type=Path, required=True)
+    p.add_argument("--spec-sha256", required=True)
+    p.add_argument("--script-sha256", required=True)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    return p
+
+
+def resume(args: argparse.Namespace) -> None:
+    die_with_parent()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # CPU reductions split by thread: same split, same bits
+    loaded = load_checked(args.spec, args.spec_sha256, args.script_sha256)
+    trainer = capture_for(loaded).trainer
+    apply_pilot_settings(trainer, args.out / "output")
+    probe = StepProbe(digest=True)
+    train_steps(trainer, args.steps, probe, resume=str(args.checkpoint))
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = [hexes(r) for r in probe.ordered()]
+    (args.out / RESULT_FILE).write_text(json.dumps({"rows": rows}))
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    return run_fresh_process(lambda: resume(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
