@@ -32,7 +32,7 @@ from pilot_tui.runner.checks import finiteness, objective
 from pilot_tui.runner.checks.inspection import batches, inspect_task, model_output, seen_digests
 from pilot_tui.runner.loop import objective_gate
 from pilot_tui.runner.loop.training import TrainConfig, build_state, train_update
-from pilot_tui.runner.phases.train_steps import gradless
+from pilot_tui.runner.subject.task.updates import gradless
 from pilot_tui.tasks import demo_classify, demo_instruct
 from pilot_tui.tasks.contract import Task
 

@@ -30,8 +30,9 @@ import overhead  # noqa: E402
 from pilot_tui.core.spec import load_spec  # noqa: E402
 from pilot_tui.core.steps import Step  # noqa: E402
 from pilot_tui.runner.context import RunContext, pick_device  # noqa: E402
-from pilot_tui.runner.phases import execute, train_steps  # noqa: E402
+from pilot_tui.runner.phases import execute  # noqa: E402
 from pilot_tui.runner.phases.base import PhaseRun  # noqa: E402
+from pilot_tui.runner.subject.task import updates as train_steps  # noqa: E402
 from pilot_tui.runner.timing.steady import host_feed  # noqa: E402
 from pilot_tui.tasks.loader import load_task  # noqa: E402
 

@@ -20,16 +20,19 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-# Keys whose values a rerun measures anew: wall clocks, memory and machine-load figures.
+# Keys whose values a rerun measures anew: wall clocks, memory, machine-load figures, and the
+# hashes and sizes of files whose zip entries carry the writer's process id.
 TIMING_KEY = re.compile(
     r"(^|_)(s|ms|seconds|started|finished|time|times|timings|duration|speed|rss|mb|mib|bytes|load|runqueue"
     r"|threads|pid|hostname|per_s|share|precision|ci|stdev|mean|median|p\d+|min|max|spread|interval"
-    r"|window|windows|reference|clock|peak|runtime|second|sha256)(_|$)"
+    r"|window|windows|reference|clock|peak|runtime|second|sha256|size)(_|$)"
 )
 # Whole sections a rerun measures anew, or that name the run's folder and time.
 SKIPPED_SECTIONS = {"environment", "plan", "estimate", "artifacts", "campaign", "spec", "revision", "session"}
 # Numbers with a unit of time or memory inside a reason, and the record folder's paths.
 MEASURED_TEXT = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?\s*(?:(?:ms|s|MiB|GiB|MB|GB)\b|%|×)")
+# Notes that describe the machine while it was timed (its speed moved, it was busy), not the run.
+MACHINE_NOTE = re.compile(r"machine's speed moved|machine was busy|load average")
 PATH_TEXT = re.compile(r"(/[\w.+-]+)+/(records|trainer-\w+|runs)\b[\w./+-]*")
 
 
@@ -55,6 +58,8 @@ def differences(a: Any, b: Any, where: str, out: list[str]) -> None:
             differences(a[key], b[key], f"{where}.{key}", out)
         return
     if isinstance(a, list) and isinstance(b, list):
+        a = [x for x in a if not (isinstance(x, str) and MACHINE_NOTE.search(x))]
+        b = [x for x in b if not (isinstance(x, str) and MACHINE_NOTE.search(x))]
         if len(a) != len(b):
             out.append(f"{where}: {len(a)} items -> {len(b)} items")
             return

@@ -57,7 +57,7 @@ def probe(forbidden: str, names: list[str]) -> dict:
 
 def test_runner_side_never_loads_textual():
     names = ["pilot_tui.runner.main", "pilot_tui.runner.phases", *module_names(only=RUNNER_SIDE)]
-    assert "pilot_tui.runner.phases.train_steps" in names
+    assert "pilot_tui.runner.phases.steady" in names
     result = probe("textual", names)
     assert result["first"] == ""
     assert result["loaded"] == ["torch"]  # the probe does see what the modules load

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..core.phase_table import lr_run_name
 from ..core.rows import RunRow, read_runs
+from ..core.spec import StopSpec
 
 # Every status a [[runs]] row can hold.
 RUN_STATUSES = ("running", "completed", "stopped", "diverged", "failed", "cancelled")
@@ -319,3 +320,16 @@ def _decide(ranked: Sequence[float], finals: Mapping[float, Mapping[int, float]]
     else:
         why = f"no reliable difference between lr {leader:g} and {names} (within the seed spread or the ranking flips)"
     return out | {"decision": f"{why}: the control lr {control:g} stays the reference"}
+
+
+# Updates whose example indices make `first_batches_sha256` (the same-start evidence).
+FIRST_BATCHES = 3
+
+
+def stop_cause(loss: float, initial: float, stop: StopSpec) -> str:
+    """The declared divergence cause this update's loss meets, or ""."""
+    if not math.isfinite(loss):
+        return "non_finite" if stop.non_finite else ""
+    if math.isfinite(initial) and loss > stop.explosion_factor * initial:
+        return "loss_explosion"
+    return ""

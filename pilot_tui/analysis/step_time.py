@@ -212,7 +212,7 @@ def step_range(
     × (1 − share) at the low end and × (1 + share) at the high end, where share is the measured `runqueue_share` of the timed loop: on an idle machine
     the loop would not have waited, on one twice as busy it would have waited about twice as long.
     On a CPU the low end is also × (1 − own), own being the measured `loop_own_share` of an update
-    spent in the pilot's own loop around the model's work (`runner/phases/train_steps.py`): the
+    spent in the pilot's own loop around the model's work (`runner/subject/task/updates.py`): the
     user's plain loop around the same model may do none of it.
     """
     mean, ci = _num(details.get("step_s_mean")), _num(details.get("step_s_ci95"))

@@ -1,7 +1,9 @@
-"""What every phase sees: the spec, the task, the device, the splits and the training states."""
+"""What every phase sees — the spec, the task, the device, the splits, the training under test —
+the step it runs (`PhaseRun`) and what it hands back (`Outcome`, or a `PhaseFailure`)."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -17,11 +19,57 @@ from ..core import dimensions
 from ..core.accounting import account
 from ..core.events import PhaseProgress, WireMessage
 from ..core.spec import LoadedSpec, VariantSpec
+from ..core.steps import Step
+from ..core.verdict import PASS, Verdict
 from ..tasks.contract import Task
 from .distributed import state as dist_state
 from .loop import optimizers
 from .loop.residency import park_others, unpark
 from .loop.training import TrainConfig, TrainState, build_state
+
+
+class PhaseFailure(Exception):
+    """A gate failed inside the phase; `details` go into the row."""
+
+    def __init__(self, reason: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.details = details or {}
+
+
+@dataclass
+class Outcome:
+    """What a phase body returns: its verdict, why, and what the row should show."""
+
+    verdict: Verdict = PASS
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    # Stopped by a cancel: the row says so (`cancelled = true`) and the step runs again.
+    cancelled: bool = False
+    # The phase's duration when its work ran before the body (a captured trainer's load ran in the
+    # script, up to its train()): the row's duration_s, read by the plan.
+    duration_s: float | None = None
+    # The phase's memory counters when it ran in another process (a captured trainer's fresh
+    # capture): they replace this process's, which measured only the wait.
+    memory: dict[str, Any] | None = None
+    # Measured in another process that already ran the phase's registered checks (a fresh capture).
+    checked_elsewhere: bool = False
+
+
+@dataclass
+class PhaseRun:
+    """Handed to a phase body: the step, the overrides, and a place for the input being processed."""
+
+    step: Step
+    overrides: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    # The input shape being processed right now, so a failure can name it (R10).
+    current_input: dict[str, Any] = field(default_factory=dict)
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
 
 
 class Cancelled(Exception):
@@ -54,15 +102,16 @@ class RunContext:
     # Called while a phase waits on something that lives (a fresh process): on a rank of a
     # process group it tells the runner this rank is not hung (distributed/rank.py).
     heartbeat: Callable[[], None] = field(default=lambda: None)
-    # A campaign on a captured Hugging Face trainer (runner/subject/trainer/): the adapter holding it, and
-    # the phase bodies that run on its own parts instead of the registered ones.
-    adapter: Any = None
-    bodies: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # The training under test (runner/subject/base.py: Training): the pilot's own loop over the
+    # task unless the campaign hands another (a captured trainer). Typed loosely here: the subject
+    # package sits above this module, which every implementation of it imports.
+    training: Any = None
 
     def __post_init__(self) -> None:
         s = self.loaded.spec
-        if self.adapter is not None:
-            self.splits = self.adapter.splits()  # the script's own train and eval datasets
+        own = self.training.splits(self) if self.training is not None else None
+        if own is not None:
+            self.splits = own  # e.g. a captured script's own train and eval datasets
         elif s.split.field:
             self.splits = field_split(self.task.examples, s.split.field)
         else:

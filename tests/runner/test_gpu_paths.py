@@ -163,7 +163,7 @@ def test_determinism_warnings_name_the_kernel():
 
 def test_resume_tolerance_is_relative_per_tensor_and_names_its_reason():
     from pilot_tui.runner.loop.resume_check import compare
-    from pilot_tui.runner.phases.resume import comparison_tolerance
+    from pilot_tui.runner.subject.task.resume import comparison_tolerance
 
     def tensors(moment: float, weight: float) -> dict[str, torch.Tensor]:
         return {

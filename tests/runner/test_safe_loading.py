@@ -99,13 +99,13 @@ def test_fresh_processes_refuse_a_malicious_checkpoint_and_artifact(evil, write_
     common = ["--spec", str(spec_path), "--spec-sha256", loaded.sha256, "--threads", "1"]
     sha = sha256_file(evil["zip"])
     resume = [
-        "pilot_tui.runner.processes.resume_process",
+        "pilot_tui.runner.workers.resume",
         *common,
         *("--out", str(tmp_path / "w1"), "--checkpoint", str(evil["zip"]), "--sha256", sha),
         *("--config", json.dumps(ctx.config().params()), "--updates", "1"),
     ]
     reload = [
-        "pilot_tui.runner.processes.reload_process",
+        "pilot_tui.runner.workers.reload",
         *common,
         *("--out", str(tmp_path / "w2"), "--artifact", str(evil["zip"]), "--sha256", sha),
     ]

@@ -56,8 +56,8 @@ def backend(ctx: RunContext) -> str:
 
 
 def runs_on_ranks(ctx: RunContext, step: Step) -> bool:
-    # A captured trainer's adapter may keep a phase in this process (its resume: see docs/trainer.md).
-    here = getattr(ctx.adapter, "ONE_PROCESS", ())
+    # The training may keep a phase in this process (a captured trainer's resume: docs/trainer.md).
+    here = getattr(ctx.training, "one_process", ())
     return (
         ctx.spec.distributed.strategy != "none"
         and step.phase in phase_table.on_ranks()

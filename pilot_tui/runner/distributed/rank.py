@@ -133,16 +133,10 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
 
     step = Step(key=cmd["step"], phase=cmd["phase"], variant=cmd["variant"])
     overrides = {k: v for k, v in cmd.get("overrides", {}).items() if k != "fault"}
-    # A captured trainer's campaign has bodies of its own (ctx.bodies), looked up first.
-    table = ctx.bodies if step.phase in ctx.bodies else PHASES
-    body = table.get(step.phase)
+    body = PHASES.get(step.phase)
     rank = dist.get_rank()
     if body is not None and step.phase in RANK0_ONLY and rank != 0:
-        table[step.phase] = _rank0_only
-        try:
-            return execute(ctx, step, overrides)
-        finally:
-            table[step.phase] = body
+        return execute(ctx, step, overrides, _rank0_only)
     if body is None or "fault" not in cmd.get("overrides", {}):
         return execute(ctx, step, overrides)
 
@@ -151,11 +145,7 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
         _fault(cmd, rank, step.phase)
         return body(ctx_, run)
 
-    table[step.phase] = faulty
-    try:
-        return execute(ctx, step, overrides)
-    finally:
-        table[step.phase] = body
+    return execute(ctx, step, overrides, faulty)
 
 
 def _open(loaded, device: torch.device, forward: Forward, work_dir: Path) -> RunContext:

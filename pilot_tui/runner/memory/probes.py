@@ -196,3 +196,8 @@ def _own_process() -> psutil.Process:
     if _PROCESS is None or _PROCESS.pid != os.getpid():  # a forked child gets its own
         _PROCESS = psutil.Process()
     return _PROCESS
+
+
+def tensor_mb(tensors) -> float:
+    """MiB held by these tensors (their elements, not their storage's spare room)."""
+    return sum(t.numel() * t.element_size() for t in tensors) / 2**20

@@ -4,69 +4,45 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
-import math
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ...analysis.checks import Check
 from ...core import phase_table
 from ...core.events import PhaseFinished, PhaseStarted, RunnerError
 from ...core.reasons import exception_line, message_line
 from ...core.rows import phase_row
 from ...core.steps import Step
-from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict
-from ..context import Cancelled, RunContext
+from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, worst
+from ..context import Cancelled, Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ..memory import probes
 from ..memory.cuda_fault import POISONED, is_sticky
 from ..memory.faults import disk_full_reason, is_cpu_oom, is_disk_full
 from ..memory.oom import is_oom
 from ..memory.probes import MemoryProbe
+from ..subject.task import TaskTraining
 from ..timing.deadline import DeadlineExceeded, phase_deadline
+
+# A phase module imports what its body needs from here: the decorator, and what a body receives
+# and returns (defined beside the context, which the training under test sees too).
+__all__ = [
+    "AFTER_ROW",
+    "BEFORE_STEP",
+    "PHASES",
+    "Outcome",
+    "PhaseFailure",
+    "PhaseRun",
+    "execute",
+    "finite",
+    "phase",
+]
 
 # ctx.memo key set when a step poisoned the CUDA context: the runner ends after that row.
 POISONED_KEY = "cuda_poisoned"
-
-
-class PhaseFailure(Exception):
-    """A gate failed inside the phase; `details` go into the row."""
-
-    def __init__(self, reason: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.details = details or {}
-
-
-@dataclass
-class Outcome:
-    """What a phase body returns: its verdict, why, and what the row should show."""
-
-    verdict: Verdict = PASS
-    reason: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-    params: dict[str, Any] = field(default_factory=dict)
-    # Stopped by a cancel: the row says so (`cancelled = true`) and the step runs again.
-    cancelled: bool = False
-    # The phase's duration when its work ran before the body (a captured trainer's load ran in the
-    # script, up to its train()): the row's duration_s, read by the plan.
-    duration_s: float | None = None
-    # The phase's memory counters when it ran in another process (a captured trainer's fresh
-    # capture): they replace this process's, which measured only the wait.
-    memory: dict[str, Any] | None = None
-
-
-@dataclass
-class PhaseRun:
-    """Handed to a phase body: the step, the overrides, and a place for the input being processed."""
-
-    step: Step
-    overrides: dict[str, Any]
-    params: dict[str, Any] = field(default_factory=dict)
-    # The input shape being processed right now, so a failure can name it (R10).
-    current_input: dict[str, Any] = field(default_factory=dict)
 
 
 PhaseFn = Callable[[RunContext, PhaseRun], Outcome]
@@ -103,24 +79,58 @@ def _run_hooks(ctx: RunContext, hooks: list, *args: Any) -> None:
 
 
 def phase(name: str) -> Callable[[PhaseFn], PhaseFn]:
-    """Register a phase body under its name."""
+    """Register a phase's one body under its name: a second body for the same phase is refused
+    (one body per phase; what differs between trainings lives in `Training`)."""
 
     if phase_table.info(name) is None:
         raise RuntimeError(f"phase body {name!r} has no entry in the phase table (pilot_tui/phase_table.py)")
 
     def register(fn: PhaseFn) -> PhaseFn:
+        known = PHASES.get(name)
+        if known is not None and known is not fn:
+            raise RuntimeError(
+                f"phase {name!r} has a body already ({known.__module__}.{known.__qualname__}): one body per phase"
+            )
         PHASES[name] = fn
         return fn
 
     return register
 
 
-def finite(x: float) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
+# Checks registered on a phase: each runs after the phase's body on every training (the pilot's
+# loop, a captured trainer) and returns a Check, or None where it has nothing to say. A failing
+# or warning check sets the row's verdict (never above what the body already found) and leads
+# its reason; every check the phase ran is listed in the row's `gate_checks`.
+CheckFn = Callable[[RunContext, PhaseRun, Outcome], Check | None]
+CHECKS: dict[str, list[CheckFn]] = {}
 
 
-# Kept under its old name for the phases that import it; the classification lives in runner/memory/oom.py.
-_is_oom = is_oom
+def check(name: str) -> Callable[[CheckFn], CheckFn]:
+    """Register a check on the phase `name`."""
+    if phase_table.info(name) is None:
+        raise RuntimeError(f"check on {name!r}: no such phase in the phase table")
+
+    def register(fn: CheckFn) -> CheckFn:
+        CHECKS.setdefault(name, []).append(fn)
+        return fn
+
+    return register
+
+
+def with_checks(ctx: RunContext, run: PhaseRun, outcome: Outcome) -> Outcome:
+    """The phase's registered checks on what its body measured, folded into its outcome."""
+    if outcome.checked_elsewhere:
+        return outcome
+    found = [c for fn in CHECKS.get(run.step.phase, []) if (c := fn(ctx, run, outcome)) is not None]
+    if not found:
+        return outcome
+    outcome.details["gate_checks"] = [*outcome.details.get("gate_checks", []), *(c.as_dict() for c in found)]
+    said = [c.message for c in found if c.verdict != PASS]
+    if said:
+        kept = [outcome.reason] if outcome.reason else []
+        outcome.reason = "; ".join([*said, *kept]) if outcome.verdict != FAIL else "; ".join([*kept, *said])
+        outcome.verdict = worst([outcome.verdict, *(c.verdict for c in found)])
+    return outcome
 
 
 def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, float], seconds: float):
@@ -135,9 +145,17 @@ def _gate(ctx: RunContext, run: PhaseRun, probe: MemoryProbe, memory: dict[str, 
     return None
 
 
-def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Run one step and return its record row; nothing that happens inside escapes."""
-    body = ctx.bodies.get(step.phase) or PHASES.get(step.phase)
+def execute(
+    ctx: RunContext, step: Step, overrides: dict[str, Any], body: PhaseFn | None = None
+) -> dict[str, Any]:
+    """Run one step and return its record row; nothing that happens inside escapes.
+
+    The step runs its phase's one registered body, on the campaign's training under test (the
+    pilot's own loop unless the context holds another). `body` stands in for it where the step
+    is only reported (a rank that leaves a check to rank 0, a fault a test injects)."""
+    if ctx.training is None:
+        ctx.training = TaskTraining()
+    body = body or PHASES.get(step.phase)
     run = PhaseRun(step=step, overrides=dict(overrides))
     if step.variant != "control" or overrides:
         cfg = ctx.config(step.variant, overrides)
@@ -165,7 +183,7 @@ def execute(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> dict[str,
         if body is None:
             raise PhaseFailure(f"no phase named {step.phase!r} in this runner")
         with phase_deadline(ctx.spec.limit_for(step.phase).time_s, ctx.cancel) as deadline:
-            outcome = body(ctx, run)
+            outcome = with_checks(ctx, run, body(ctx, run))
     except BaseException as exc:  # a phase never takes the runner down
         failure = exc
         if deadline is not None and deadline.hit and isinstance(exc, Cancelled):

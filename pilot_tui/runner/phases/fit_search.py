@@ -9,151 +9,25 @@ ceiling; on CPU the declared ceiling is the limit.
 
 from __future__ import annotations
 
-import gc
-import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-import torch
-
-from ...analysis.variants import ERROR, FITS, OOM, OVER_CEILING, fit_result
+from ...analysis.variants import FITS, fit_result
 from ...core.events import RecordUpdate
-from ...core.reasons import first_line
 from ...core.rows import peak_counter
 from ...core.spec import FitSearchSpec
 from ...core.verdict import FAIL, WARN
-from ..context import Cancelled, RunContext
-from ..loop.training import collate, evaluate, train_update
-from ..memory.cuda_fault import is_sticky
-from ..memory.oom import is_oom
-from ..memory.probes import MemoryProbe, synchronize
+from ..context import RunContext
+from ..memory.fit import ceilings, search_spec
+from ..memory.probes import MemoryProbe
 from .base import Outcome, PhaseRun, phase
-from .eval_longest import raw_lengths
-
-
-def ceilings(ctx: RunContext, spec: FitSearchSpec) -> tuple[float, float]:
-    if spec.memory_mb:
-        return spec.memory_mb, spec.memory_mb
-    return ctx.spec.limit_for("first_step").memory_mb, ctx.spec.limit_for("eval_longest").memory_mb
-
-
-def _over(peak: float, ceiling: float) -> bool:
-    return bool(ceiling) and peak > ceiling
-
-
-def try_point(
-    ctx: RunContext, run: PhaseRun, microbatch: int, max_length: int, longest_val: list[int]
-) -> dict[str, Any]:
-    """Build a fresh state at this size, take two updates and one longest-sequence eval, measured."""
-    spec = ctx.spec.fit_search or FitSearchSpec(microbatches=[microbatch])
-    train_ceiling, eval_ceiling = ceilings(ctx, spec)
-    cfg = ctx.config("control", {"microbatch": microbatch, "max_length": max_length})
-    cfg = replace(cfg, variant=f"fit-mb{microbatch}-len{max_length}")
-    point: dict[str, Any] = {
-        "microbatch": microbatch,
-        "max_length": max_length,
-        "accumulation": cfg.accumulation,
-        "effective_batch": cfg.effective_batch,
-    }
-    probe = MemoryProbe(ctx.device)
-    failure: BaseException | None = None
-    phase_name = "first_step"
-    try:
-        probe.start()
-        state = ctx.new_state(cfg)
-        for update in (1, 2):
-            micro = state.sampler.next_update()
-            run.current_input = {"microbatch": microbatch, "max_length": max_length, "update": update}
-            t0 = time.perf_counter()
-            stats = train_update(state, ctx.task, ctx.device, ctx.spec.optim.grad_clip, micro)
-            synchronize(ctx.device)
-            # The second update is the steady one: the first also allocates optimizer state.
-            point["step_time_s"] = round(time.perf_counter() - t0, 6)
-            point["input_shapes"] = stats.shapes
-        train = probe.stop()
-        point["train_peak_mb"] = probe.peak_mb(train)
-        if "peak_allocated_mb" in train:
-            point["train_peak_allocated_mb"] = train["peak_allocated_mb"]
-        phase_name = "eval_longest"
-        size = int(ctx.spec.phases.eval_microbatch or microbatch)
-        chosen = longest_val[:size]
-        # start() empties the cache first: the eval peak must not read the training reserve.
-        probe.start()
-        batch = collate(ctx.task, [ctx.task.examples[i] for i in chosen], max_length, ctx.device)
-        shape = list(next(iter(batch.values())).shape)
-        run.current_input = {"microbatch": len(chosen), "max_length": max_length, "shape": shape}
-        point["eval_shape"] = shape
-        evaluate(state, ctx.task, batch)
-        evaluated = probe.stop()
-        point["eval_peak_mb"] = probe.peak_mb(evaluated)
-        if "peak_allocated_mb" in evaluated:
-            point["eval_peak_allocated_mb"] = evaluated["peak_allocated_mb"]
-    except Cancelled:
-        raise
-    except BaseException as exc:  # a point that fails is a result, not the end of the search
-        if is_sticky(exc):
-            raise  # …unless the CUDA context is gone: no later point could run (phases/base.py)
-        failure = exc
-    state = batch = stats = None
-    if failure is not None:
-        failed(point, failure, phase_name, run)
-        failure = None
-    gc.collect()
-    if ctx.device.type == "cuda":
-        torch.cuda.empty_cache()
-    return judged(point, train_ceiling, eval_ceiling)
-
-
-def failed(point: dict[str, Any], failure: BaseException, phase_name: str, run: PhaseRun) -> None:
-    """A point whose first step or eval raised: out of memory, or an error, named where."""
-    oom = is_oom(failure)
-    point["status"] = OOM if oom else ERROR
-    point["failed_in"] = phase_name
-    point["input"] = dict(run.current_input)
-    point["reason"] = (
-        f"{'out of memory' if oom else type(failure).__name__} in {phase_name}: {first_line(str(failure))}"[
-            :300
-        ]
-    )
-
-
-def judged(point: dict[str, Any], train_ceiling: float, eval_ceiling: float) -> dict[str, Any]:
-    """A measured point against the ceilings (a point that already failed stays as it is)."""
-    if "status" in point:
-        return point
-    if _over(point["train_peak_mb"], train_ceiling):
-        point |= {
-            "status": OVER_CEILING,
-            "failed_in": "first_step",
-            "reason": f"first step peak {point['train_peak_mb']:.1f} MiB over the ceiling {train_ceiling:g} MiB",
-        }
-    elif _over(point["eval_peak_mb"], eval_ceiling):
-        point |= {
-            "status": OVER_CEILING,
-            "failed_in": "eval_longest",
-            "reason": f"eval peak {point['eval_peak_mb']:.1f} MiB over the ceiling {eval_ceiling:g} MiB",
-        }
-    else:
-        point |= {"status": FITS, "reason": "fits"}
-    return point
 
 
 @phase("fit_search")
 def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
     spec = search_spec(ctx, run)
-    val = ctx.splits["validation"]
-    raw = raw_lengths(ctx, val)
-    longest_val = [val[j] for j in sorted(range(len(val)), key=lambda j: (-raw[j], val[j]))]
-    lengths = sorted(spec.max_lengths or [ctx.config("control").max_length])
-    return search(ctx, run, spec, lengths, lambda mb, length: try_point(ctx, run, mb, length, longest_val))
-
-
-def search_spec(ctx: RunContext, run: PhaseRun) -> FitSearchSpec:
-    """The campaign's `[fit_search]`, or the microbatches a run from the dashboard asks for."""
-    return ctx.spec.fit_search or FitSearchSpec(
-        microbatches=[int(x) for x in run.overrides.get("microbatches", [ctx.spec.batch.microbatch])]
-    )
+    lengths = ctx.training.fit_lengths(ctx, run, spec)
+    return search(ctx, run, spec, lengths, ctx.training.fit_points(ctx, run))
 
 
 def search(

@@ -1,35 +1,35 @@
-"""`load`: build the model and move its weights to the device. Never the only gate (R5)."""
+"""`load`: the weights the run starts from, as its owner builds them. Never the only gate (R5).
+
+The pilot's loop builds the task's model; a captured trainer's model is the script's own, built
+before its `train()`. Either way the weights are judged here, the same way: finite, counted,
+trainable or frozen.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from ..context import RunContext
+from ..memory.probes import tensor_mb
 from .base import Outcome, PhaseFailure, PhaseRun, phase
-
-
-def tensor_mb(tensors) -> float:
-    return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
 @phase("load")
 def load(ctx: RunContext, run: PhaseRun) -> Outcome:
-    variant = run.step.variant
-    ctx.states.pop(variant, None)  # a load always starts from fresh weights
-    state = ctx.state(variant, ctx.config(variant, run.overrides))
-    params = list(state.model.parameters())
-    bad = [name for name, p in state.model.named_parameters() if not torch.isfinite(p).all()]
+    loaded = ctx.training.load(ctx, run)
+    model = loaded.model
+    params = list(model.parameters())
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
-        raise PhaseFailure(f"non-finite weights after load in {', '.join(bad[:5])}")
+        raise PhaseFailure(f"non-finite weights {loaded.built} {', '.join(bad[:5])}")
+    total = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)
-    return Outcome(
-        details={
-            "parameters": sum(p.numel() for p in params),
-            "trainable_parameters": trainable,
-            "weights_mb": round(tensor_mb(params), 3),
-            "dtype": str(params[0].dtype).removeprefix("torch.") if params else "",
-            "model": type(state.model).__name__,
-            "trainable": f"{trainable:,} of {sum(p.numel() for p in params):,} parameters trainable",
-            "task_notes": list(ctx.task.notes),
-        }
-    )
+    weights = {
+        "parameters": total,
+        "trainable_parameters": trainable,
+        "weights_mb": round(tensor_mb(params), 3),
+        "dtype": str(params[0].dtype).removeprefix("torch.") if params else "",
+        "model": type(model).__name__,
+        "trainable": f"{trainable:,} of {total:,} parameters trainable",
+    }
+    return Outcome(reason=loaded.reason, details=loaded.details | weights, duration_s=loaded.duration_s)

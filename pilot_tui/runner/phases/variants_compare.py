@@ -33,6 +33,7 @@ from ..loop.residency import (
     weight_tensors,
 )
 from ..loop.training import TrainState, autocast, collate
+from ..subject.base import Training
 from .base import after_row, before_step
 
 ENTRIES = "variant_entries"  # ctx.memo key: id -> the entry emitted for it
@@ -117,11 +118,7 @@ def build_entry(ctx: RunContext, variant: str) -> dict[str, Any]:
         except Exception as exc:  # e.g. the same out of memory again: the entry still goes out
             breakdown["saved_activations_note"] = f"not measured: {exception_line(exc)}"[:200]
     else:
-        breakdown["memory_note"] = (
-            "a captured trainer's memory is not broken down yet (weights, gradients, optimizer state)"
-            if ctx.adapter is not None
-            else "no training state left to measure (the variant failed before building one)"
-        )
+        breakdown["memory_note"] = getattr(ctx.training, "breakdown_note", Training.breakdown_note)
     breakdown["accumulation_note"] = vmath.ACCUMULATION_NOTE
     question = same_question(
         ctx,

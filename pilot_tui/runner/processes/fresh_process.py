@@ -1,6 +1,6 @@
 """Fresh processes for the resume and final checks (R15, R16), both sides of the pipe.
 
-The runner starts one with `python -m pilot_tui.runner.processes.resume_process ...` (or `reload_process`);
+The runner starts one with `python -m pilot_tui.runner.workers.resume ...` (or `workers.reload`);
 it loads the spec and the task itself (nothing is inherited but the command line), writes its results into
 an output folder (JSON + safetensors, never a pickle) and exits. Exit code 3 means a load was
 refused (hash, provenance or unsafe content), 2 bad input, 1 anything else.

@@ -401,3 +401,24 @@ def host_feed(
         shutdown = getattr(batches, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average (None where the OS has none): how busy the machine was."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def load_details(before: float | None, after: float | None) -> dict[str, float | int]:
+    """What the timed loop shared the machine with: step times hold only at this thread count,
+    on a machine this busy (a plan made under load is flagged by `plan.busy_machine`)."""
+    out: dict[str, float | int] = {"torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count() or 0}
+    loads = [x for x in (before, after) if x is not None]
+    if loads:
+        out["load_avg_1m"] = round(max(loads), 2)
+    return out
+
+
+# Overflowing updates the fp16 scaler may skip before the first real step (it halves each time).

@@ -88,10 +88,16 @@ def campaign_configs(ctx: RunContext, target: Target) -> list[FakeConfig]:
 
 
 def source_for(ctx: RunContext) -> ModelSource:
+    """The campaign's training says what to rebuild (a captured trainer: its own model and rows);
+    without one, the task's (`task_campaign_source`)."""
+    if ctx.training is not None:
+        return ctx.training.estimate_source(ctx)
+    return task_campaign_source(ctx)
+
+
+def task_campaign_source(ctx: RunContext) -> ModelSource:
     """A Hugging Face campaign is estimated from its config.json (never its weights); others from the task."""
     t = ctx.spec.task
-    if ctx.adapter is not None:  # a captured trainer (runner/subject/trainer/): its own model and rows
-        return ctx.adapter.estimate_source()
     if t.builtin in HF_BUILTINS and t.options.get("model"):
         return hf_campaign_source(ctx.loaded)
     return task_source(ctx)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -171,9 +171,6 @@ class TrainerAdapter:
     encoder_decoder: bool = False
     start_id: int = 0
     task: Task = field(init=False)
-    # Under [distributed], the phases that stay in the runner's own capture (one process) rather
-    # than run on the ranks: the resume's process C captures the script alone, not as N ranks.
-    ONE_PROCESS: ClassVar[tuple[str, ...]] = ("resume",)
 
     def __post_init__(self) -> None:
         examples: list[Example] = []

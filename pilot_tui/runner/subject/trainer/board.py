@@ -3,42 +3,30 @@ trainer's own `train()` for the declared budget, its own `evaluate()` every `val
 
 Every run starts where every other starts: the captured weights, a fresh optimizer and schedule,
 the seed set before its data order is drawn; only the LR (and the seed named by the run) differ.
-The run's `[[runs]]` row has the fields the board and the plan read (phases/lr_run.py).
+`phases/lr_run.py` plans the run and opens and closes its `[[runs]]` row, as for the pilot's loop.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import time
 from typing import Any
 
 import transformers
 from transformers import TrainerCallback
 
-from ....analysis.board import best_validation
-from ...context import RunContext
-from ...phases.base import Outcome, PhaseRun
-from ...phases.lr_run import (
-    FIRST_BATCHES,
-    VERDICTS,
-    LiveRun,
-    finish_failed_run,
-    finish_run,
-    plan_run,
-    run_row,
-    stop_cause,
-)
+from ....analysis.board import FIRST_BATCHES, best_validation, stop_cause
+from ...context import PhaseRun, RunContext
 from . import loop
+from .captured import adapter_of, from_start, trainer_of
 from .probe import parameter_digest
-from .registry import adapter_of, body, from_start, trainer_of
 
 
 class BoardProbe(TrainerCallback):
     """Per update: the logged loss, the declared stop causes, a validation every N updates."""
 
     def __init__(
-        self, ctx: RunContext, run: PhaseRun, row: dict[str, Any], live: LiveRun, board: Any, metric: str
+        self, ctx: RunContext, run: PhaseRun, row: dict[str, Any], live: Any, board: Any, metric: str
     ) -> None:
         self.ctx, self.run, self.row, self.live, self.board = ctx, run, row, live, board
         self.metric = metric
@@ -126,15 +114,11 @@ def first_batches_sha256(trainer: Any, updates: int) -> str:
     return h.hexdigest()
 
 
-@body("lr_run")
-def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
-    plan = plan_run(ctx, run)
+def lr_run(ctx: RunContext, run: PhaseRun, plan: Any, row: dict[str, Any], live: Any) -> None:
+    """The run through the trainer's own `train()` and `evaluate()`, filling `row` as it goes."""
     cfg, board = plan.config, plan.board
     trainer = trainer_of(ctx)
-    t0 = time.perf_counter()
-    row = run_row(ctx, run, plan)
     row["trainer"] = "the script's own train() with args.learning_rate set; its own evaluate()"
-    live = LiveRun(ctx, plan.run_id)
     a = trainer.args
     saved = (a.learning_rate, a.seed)
     metric, why = validation_metric(trainer, adapter_of(ctx).evals())
@@ -162,9 +146,6 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
                 trainer.train()
             finally:
                 trainer.remove_callback(probe)
-    except BaseException as exc:
-        finish_failed_run(ctx, row, t0, live, exc)
-        raise
     finally:
         a.learning_rate, a.seed = saved
     points = row["validation"]
@@ -181,12 +162,3 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
     if best is not None:
         row["best_validation"], row["best_validation_update"] = best
     row["reason"] += f"; final validation {row['final_validation']:.4g}"
-    finish_run(ctx, row, t0, live)
-    keys = ("id", "status", "stop_cause", "stop_step", "updates_done", "initial_loss", "final_loss")
-    details = {k: row[k] for k in (*keys, "final_validation", "best_validation", "retry_of") if k in row}
-    return Outcome(
-        VERDICTS[row["status"]],
-        row["reason"],
-        details,
-        params={"lr": plan.lr, "seed": plan.seed, "total_updates": board.updates, "run_id": plan.run_id},
-    )

@@ -22,16 +22,14 @@ from ...context import RunContext
 from ...distributed import state as dist_state
 from ...distributed.launcher import resolve_world
 from ...memory.probes import _vm_hwm_bytes
-
-# Imported for their @body registrations.
-from . import board, data_gates, engine_gates, fit_gate, resume_gate, steady_gate  # noqa: F401
 from .adapter import adapt
 from .capture import CaptureError, capture
+from .captured import INITIAL
 from .estimate import trainer_optimizer
 from .loop import checkpointing, snapshot, unwrapped
 from .ranks import check_ranks_agree
-from .registry import BODIES, INITIAL
 from .settings import apply_pilot_settings
+from .training import TrainerTraining
 
 OUTPUT_DIR = "trainer-output"
 USE_CPU = "ACCELERATE_USE_CPU"
@@ -177,8 +175,7 @@ def open_trainer_campaign(
         work_dir,
         cancel,
         heartbeat=heartbeat,
-        adapter=adapter,
-        bodies=BODIES,
+        training=TrainerTraining(adapter),
     )
     ctx.memo[INITIAL] = snapshot(unwrapped(trainer))
     check_ranks_agree(ctx)  # a collective on every rank of a group; nothing in one process

@@ -9,18 +9,15 @@ from typing import Any
 
 import torch
 
-from ....analysis.checks import Check, CheckResult, verdict_of
 from ....core.verdict import FAIL, PASS, WARN
-from ...checks.inspection import ModelOutput, inspect_task
-from ...context import RunContext
-from ...phases.base import Outcome, PhaseFailure, PhaseRun, finite
-from ...phases.inspect import with_task_checks
-from ...phases.load import tensor_mb
+from ...checks.inspection import ModelOutput
+from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
+from ..base import InspectionInput, Loaded, LoopView
 from . import loop
 from .adapter import completion_labels
 from .batches import loader_view
+from .captured import INITIAL, adapter_of, trainer_of
 from .ranks import require_agreement
-from .registry import INITIAL, adapter_of, body, trainer_of
 
 
 def _output_size(model: torch.nn.Module) -> ModelOutput:
@@ -33,16 +30,11 @@ def _output_size(model: torch.nn.Module) -> ModelOutput:
     )
 
 
-@body("load")
-def load(ctx: RunContext, run: PhaseRun) -> Outcome:
+def load(ctx: RunContext, run: PhaseRun) -> Loaded:
+    """The script's own model as it built it before `train()`, and what the capture did."""
     trainer, cap = trainer_of(ctx), ctx.memo["trainer_capture"]
     agreement = require_agreement(ctx)  # on several ranks: the same rows everywhere
     model = loop.unwrapped(trainer)
-    params = list(model.parameters())
-    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
-    if bad:
-        raise PhaseFailure(f"non-finite weights after the script built the model: {', '.join(bad[:5])}")
-    trainable = sum(p.numel() for p in params if p.requires_grad)
     a = trainer.args
     details = {
         "script": cap["script"],
@@ -51,12 +43,6 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         "capture_rss_mb": cap["rss_mb"],
         "what_ran": "everything the script did before train(): model load, tokenisation, packing",
         "trainer": type(trainer).__name__,
-        "model": type(model).__name__,
-        "parameters": sum(p.numel() for p in params),
-        "trainable_parameters": trainable,
-        "weights_mb": round(tensor_mb(params), 3),
-        "dtype": str(params[0].dtype).removeprefix("torch.") if params else "",
-        "trainable": f"{trainable:,} of {sum(p.numel() for p in params):,} parameters trainable",
         "train_examples": len(adapter_of(ctx).train),
         "eval_examples": adapter_of(ctx).eval_examples(),
         "eval_sets": {split: len(rows) for split, rows in adapter_of(ctx).evals().items()},
@@ -81,43 +67,34 @@ def load(ctx: RunContext, run: PhaseRun) -> Outcome:
         f"captured {type(trainer).__name__} in {cap['seconds']:.2f} s (everything before train()); "
         f"the pilot changed {len(cap['changes'])} settings"
     )
-    return Outcome(PASS, reason, details, duration_s=round(cap["seconds"], 4))
+    return Loaded(model, details, reason, round(cap["seconds"], 4), "after the script built the model:")
 
 
-@body("inspect")
-def inspect(ctx: RunContext, run: PhaseRun) -> Outcome:
+def inspection(ctx: RunContext, run: PhaseRun, show: int) -> InspectionInput:
+    """The trainer's rows one at a time through its collator, as the shared scan reads them."""
     adapter, trainer = adapter_of(ctx), trainer_of(ctx)
-    show = int(run.overrides.get("inspect_examples") or ctx.spec.inspect.examples)
     run.current_input = {"examples": len(adapter.train), "split": "train"}
-    result = inspect_task(
-        adapter.task,
+    return InspectionInput(
+        task=adapter.task,
         max_length=0,
-        supervise_prompt=ctx.spec.task.supervise_prompt,
         declared_names=[],
-        show=show,
         microbatch=1,
         splits={"train": ctx.splits["train"]},
         output=_output_size(loop.unwrapped(trainer)),
     )
-    result = with_task_checks(ctx, result)
-    view = loader_view(trainer, adapter, show)
-    checks = [*_checks(result), *view.checks]
-    verdict, reason = verdict_of(checks)
-    details = result.details | {
-        "checks": [c.as_dict() for c in checks],
+
+
+def loop_view(ctx: RunContext, show: int) -> LoopView:
+    """The batches the trainer's loop gets: one accumulation window, its normaliser."""
+    adapter = adapter_of(ctx)
+    view = loader_view(trainer_of(ctx), adapter, show)
+    details = {
         "examples": view.examples,
         "loader_windows": view.windows,
         "legend": view.legend,
         "examples_scanned": len(adapter.train),
     }
-    return Outcome(verdict, reason, details, params={"inspect_examples": show})
-
-
-def _checks(result: CheckResult) -> list[Check]:
-    return [
-        Check(r["name"], r["verdict"], r["message"], r.get("count", 0), r.get("ids", []))
-        for r in result.details.get("checks", [])
-    ]
+    return LoopView(view.checks, details)
 
 
 def _input_digest(batch: dict[str, torch.Tensor]) -> str:
@@ -125,8 +102,7 @@ def _input_digest(batch: dict[str, torch.Tensor]) -> str:
     return json.dumps(ids.tolist())
 
 
-@body("split")
-def split(ctx: RunContext, run: PhaseRun) -> Outcome:
+def split_check(ctx: RunContext, run: PhaseRun) -> Outcome:
     adapter = adapter_of(ctx)
     run.current_input = {"train": len(adapter.train), "eval": adapter.eval_examples()}
     return compare_splits(adapter, ctx.check_cancel)
@@ -174,7 +150,6 @@ def compare_splits(adapter: Any, check_cancel: Callable[[], None] = lambda: None
     )
 
 
-@body("overfit")
 def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
     """`training_step` (their compute_loss and normaliser) on a tiny subset, a plain AdamW at
     `overfit.lr` stepping it; the captured weights are put back afterwards."""

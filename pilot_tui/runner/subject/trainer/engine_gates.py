@@ -4,7 +4,6 @@ accumulation check; steady is `steady_gate.py`), `evaluate()` on the longest row
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import time
@@ -16,14 +15,13 @@ from safetensors.torch import save_file
 
 from ....core.hashing import sha256_file
 from ....core.verdict import PASS, WARN
-from ...context import RunContext
+from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ...distributed import state as dist_state
-from ...phases.base import Outcome, PhaseFailure, PhaseRun, finite
-from ...phases.load import tensor_mb
+from ...memory.probes import tensor_mb
 from ...processes.fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
-from . import fresh_variant, loop, replay
+from . import loop, replay
+from .captured import EXPORT_MEMO, adapter_of, from_start, probe_for, trainer_of
 from .ranks import require_agreement
-from .registry import EXPORT_MEMO, Body, adapter_of, body, from_start, probe_for, trainer_of
 
 
 def _accumulation_rows(ctx: RunContext) -> list[Any]:
@@ -41,25 +39,6 @@ def optimizer_state_mb(trainer: Any) -> float:
     return round(tensor_mb(tensors), 3)
 
 
-def configured(fn: Body) -> Body:
-    """A variant's phase (first_step@V, …) runs with the variant's batch set on `trainer.args`;
-    one that changes the script's args or env runs in a fresh capture (fresh_variant.py)."""
-
-    @functools.wraps(fn)
-    def run_configured(ctx: RunContext, run: PhaseRun) -> Outcome:
-        if fresh_variant.runs_fresh(ctx, run.step.variant):
-            return fresh_variant.fresh_phase(ctx, run)
-        cfg = ctx.config(run.step.variant, run.overrides)
-        with loop.batch_settings(
-            trainer_of(ctx), cfg.microbatch, cfg.accumulation, cfg.activation_checkpointing
-        ):
-            return fn(ctx, run)
-
-    return run_configured
-
-
-@body("first_step")
-@configured
 def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer, adapter = trainer_of(ctx), adapter_of(ctx)
     require_agreement(ctx)
@@ -119,8 +98,6 @@ def _subset(ds: Any, rows: list[int]) -> Any:
     return ds.select(rows) if hasattr(ds, "select") else torch.utils.data.Subset(ds, rows)
 
 
-@body("eval_longest")
-@configured
 def eval_longest(ctx: RunContext, run: PhaseRun) -> Outcome:
     """`evaluate()` on the longest rows of each eval set: one dataset, or each entry of a dict
     under its own metric prefix (`eval_a_loss`), as the trainer evaluates them."""
@@ -180,7 +157,6 @@ def _folder(path: Path) -> dict[str, Any]:
     }
 
 
-@body("save")
 def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The trainer's own checkpoint code (`_save_checkpoint`): model, optimizer, scheduler, RNG, state."""
     trainer = trainer_of(ctx)
@@ -213,7 +189,6 @@ def _probe_batch(adapter: Any) -> dict[str, torch.Tensor]:
     return {k: v for k, v in rows.one(0).items() if k in keys}
 
 
-@body("export")
 def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     """`save_model`: the weights (the adapter alone for peft) and the tokenizer, as the script would."""
     trainer, adapter = trainer_of(ctx), adapter_of(ctx)
@@ -254,7 +229,6 @@ def _decode(tok: Any, ids: list[int]) -> str:
     return tok.decode(ids) if tok is not None else " ".join(map(str, ids))
 
 
-@body("final")
 def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The export reloaded with from_pretrained (+ the adapter) in a new process: its logits and
     replies must be the exported model's."""
@@ -273,7 +247,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     (work / "inputs.json").write_text(json.dumps(request))
     flags = ["--adapter-only"] if exported["adapter_only"] else []
     worker = start_fresh_process(
-        "pilot_tui.runner.subject.trainer.reload_worker",
+        "pilot_tui.runner.workers.trainer_reload",
         [
             "--export", str(exported["path"]),
             *flags,

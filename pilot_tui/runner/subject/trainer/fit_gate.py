@@ -3,7 +3,7 @@
 effective batch, the control's activation checkpointing), each point its own two updates of the
 trainer's `train()` from the captured weights and one `evaluate()` of its longest eval rows.
 
-The search, the `[fit]` section and the row are the pilot's own (phases/fit_search.py); only how
+The search, the `[fit]` section and the row are every training's (phases/fit_search.py); only how
 one point is measured differs. Max lengths are not searched: the script tokenised (and cut) its
 rows before the capture, so the spec refuses `fit_search.max_lengths` on a trainer campaign.
 """
@@ -11,17 +11,18 @@ rows before the capture, so the spec refuses `fit_search.max_lengths` on a train
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ...context import Cancelled, RunContext
+from ....core.spec import FitSearchSpec
+from ...context import Cancelled, PhaseFailure, PhaseRun, RunContext
 from ...memory.cuda_fault import is_sticky
+from ...memory.fit import ceilings, failed, judged, search_spec
 from ...memory.probes import MemoryProbe
-from ...phases.base import Outcome, PhaseFailure, PhaseRun
-from ...phases.fit_search import ceilings, failed, judged, search, search_spec
 from . import loop
-from .registry import adapter_of, body, from_start, probe_for, trainer_of
+from .captured import adapter_of, from_start, probe_for, trainer_of
 
 
 def _longest_eval(ctx: RunContext) -> tuple[Any, list[int]] | None:
@@ -91,13 +92,14 @@ def try_point(ctx: RunContext, run: PhaseRun, microbatch: int, longest: Any) -> 
     return judged(point, train_ceiling, eval_ceiling)
 
 
-@body("fit_search")
-def fit_search(ctx: RunContext, run: PhaseRun) -> Outcome:
-    spec = search_spec(ctx, run)
+def lengths(ctx: RunContext, spec: FitSearchSpec) -> list[int]:
     if spec.max_lengths:
         raise PhaseFailure(
             "a captured trainer's max length is fixed by the script's tokenisation: only microbatches are searched"
         )
+    return [ctx.config("control").max_length]
+
+
+def points(ctx: RunContext, run: PhaseRun) -> Callable[[int, int], dict[str, Any]]:
     longest = _longest_eval(ctx)
-    length = ctx.config("control").max_length
-    return search(ctx, run, spec, [length], lambda mb, _length: try_point(ctx, run, mb, longest))
+    return lambda mb, _length: try_point(ctx, run, mb, longest)

@@ -22,12 +22,11 @@ import torch
 from ....core import phase_table
 from ....core.spec import CampaignSpec
 from ....core.verdict import Verdict
-from ...context import RunContext
-from ...phases.base import Outcome, PhaseFailure, PhaseRun
+from ...context import Outcome, PhaseFailure, PhaseRun, RunContext
 from ...processes.fresh_process import RESULT_FILE, FreshProcessFailed, start_fresh_process
 
 KEPT = "trainer_fresh_variants"  # ctx.memo: variant -> {phase: its row, or the failure line}
-WORKER = "pilot_tui.runner.subject.trainer.variant_worker"
+WORKER = "pilot_tui.runner.workers.trainer_variant"
 
 
 def runs_fresh(ctx: RunContext, variant: str) -> bool:
@@ -131,4 +130,5 @@ def fresh_phase(ctx: RunContext, run: PhaseRun) -> Outcome:
         cancelled=bool(found.get("cancelled")),
         duration_s=float(found["duration_s"]),
         memory=dict(found["memory"]),
+        checked_elsewhere=True,
     )

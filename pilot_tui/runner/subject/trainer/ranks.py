@@ -17,11 +17,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...context import RunContext
+from ...context import PhaseFailure, RunContext
 from ...distributed import state as dist_state
-from ...phases.base import PhaseFailure
+from .captured import INITIAL, adapter_of, trainer_of
 from .loop import restore, unwrapped
-from .registry import INITIAL, adapter_of, trainer_of
 
 AGREEMENT = "trainer_ranks_agree"  # ctx.memo key: {"problem": str, "notes": [...], ...}
 

@@ -13,11 +13,10 @@ import transformers
 from packaging.version import Version
 
 from ....core.verdict import PASS, WARN
-from ...context import RunContext
-from ...phases.base import Outcome, PhaseFailure, PhaseRun
+from ...context import Outcome, PhaseFailure, PhaseRun, RunContext
 from ...processes.fresh_process import FreshProcessFailed, start_fresh_process
 from . import loop
-from .registry import adapter_of, body, from_start, probe_for, trainer_of
+from .captured import adapter_of, from_start, probe_for, trainer_of
 from .settings import RESUME_REFUSED
 
 
@@ -107,7 +106,6 @@ def hexes(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (float(v).hex() if isinstance(v, float) else v) for k, v in row.items()}
 
 
-@body("resume")
 def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer = trainer_of(ctx)
     k, n = ctx.spec.resume.k, ctx.spec.resume.n
@@ -131,7 +129,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     run.current_input = {"k": k, "n": n, "run": "C (a new process)"}
     c_dir = out / "run-c"
     worker = start_fresh_process(
-        "pilot_tui.runner.subject.trainer.resume_worker",
+        "pilot_tui.runner.workers.trainer_resume",
         [
             "--spec", str(ctx.loaded.path),
             "--spec-sha256", ctx.loaded.sha256,

@@ -20,9 +20,7 @@ from transformers import TrainerCallback
 from ....analysis.loss_trend import loss_trend
 from ....analysis.step_time import MeanInterval, mean_interval
 from ....core.verdict import WARN
-from ...context import RunContext
-from ...phases.base import Outcome, PhaseFailure, PhaseRun, finite
-from ...phases.train_steps import load_details, machine_load
+from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ...timing.speed_reference import reference_s
 from ...timing.steady import (
     FrozenHeap,
@@ -30,6 +28,8 @@ from ...timing.steady import (
     agree,
     expected_updates,
     interval_details,
+    load_details,
+    machine_load,
     runqueue_clock,
     runqueue_share,
     spread_details,
@@ -38,10 +38,9 @@ from ...timing.steady import (
     timing_notes,
 )
 from . import loop
-from .engine_gates import configured
+from .captured import trainer_of
 from .probe import StepProbe
 from .ranks import require_agreement
-from .registry import body, trainer_of
 
 # The clock: the probe's host stamp at each step end, after a device synchronise on CUDA. The
 # Trainer synchronises every micro-step already by default (`logging_nan_inf_filter` branches on
@@ -96,8 +95,6 @@ def max_steps_for(rule: StopRule, run_updates: int) -> int:
     return 1 + max(rule.minimum, run_updates - 1)
 
 
-@body("steady")
-@configured
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The trainer's own train(): one untimed warm-up update, then updates timed to a precision."""
     trainer = trainer_of(ctx)

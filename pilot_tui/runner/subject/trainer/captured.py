@@ -1,42 +1,24 @@
-"""The trainer campaign's phase bodies by name, and what every body of it shares.
-
-Same phase names and rows as any campaign (the phase table is unchanged); `BODIES` replaces the
-registered bodies for a campaign whose task is a `trainer_script` (`RunContext.bodies`). The
-bodies live in `data_gates.py`, `engine_gates.py`, `steady_gate.py`, `resume_gate.py` and `board.py`; what each
-runs: docs/trainer.md.
-"""
+"""What every gate on a captured trainer reads: the trainer, its adapter, the weights it was
+captured with, a probe that reports progress and honours a cancel inside the trainer's loop."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from ...context import RunContext
-from ...phases.base import Outcome, PhaseRun
-from ...phases.stack import stack as stack_body
+from ...context import PhaseRun, RunContext
 from . import loop
 from .probe import StepProbe
 
-Body = Callable[[RunContext, PhaseRun], Outcome]
-BODIES: dict[str, Body] = {"stack": stack_body}
 INITIAL = "trainer_initial_weights"
 EXPORT_MEMO = "trainer_export"
 
 
-def body(name: str) -> Callable[[Body], Body]:
-    def register(fn: Body) -> Body:
-        BODIES[name] = fn
-        return fn
-
-    return register
-
-
 def trainer_of(ctx: RunContext) -> Any:
-    return ctx.adapter.trainer  # type: ignore[attr-defined]
+    return ctx.training.adapter.trainer
 
 
 def adapter_of(ctx: RunContext) -> Any:
-    return ctx.adapter  # type: ignore[attr-defined]
+    return ctx.training.adapter
 
 
 def probe_for(ctx: RunContext, run: PhaseRun, **kwargs: Any) -> StepProbe:

@@ -1,4 +1,4 @@
-"""A fresh capture for a trainer variant: `python -m pilot_tui.runner.subject.trainer.variant_worker`.
+"""A fresh capture for a trainer variant: `python -m pilot_tui.runner.workers.trainer_variant`.
 
 A variant that changes what the script fixes when it builds its trainer (precision, max length,
 FSDP: `args` / `env` in `[[variants]]`) cannot be built in the runner: a second
@@ -22,16 +22,16 @@ from typing import Any
 
 import torch
 
-from ....core.atomic import write_text_atomic
-from ....core.steps import Step
-from ...phases import base
-from ...processes.fresh_process import RESULT_FILE, run_fresh_process
-from ...processes.lifetime import die_with_parent
-from .campaign import fresh_capture_spec, load_checked, open_trainer_campaign
+from ...core.atomic import write_text_atomic
+from ...core.steps import Step
+from ..phases import base
+from ..processes.fresh_process import RESULT_FILE, run_fresh_process
+from ..processes.lifetime import die_with_parent
+from ..subject.trainer.campaign import fresh_capture_spec, load_checked, open_trainer_campaign
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pilot_tui.runner.subject.trainer.variant_worker")
+    p = argparse.ArgumentParser(prog="pilot_tui.runner.workers.trainer_variant")
     p.add_argument("--spec", type=Path, required=True)
     p.add_argument("--spec-sha256", required=True)
     p.add_argument("--script-sha256", required=True)

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
-from ...core.events import RecordUpdate
-from ...core.hashing import artifact_entry
-from ...core.verdict import WARN
-from ..checks import finiteness
-from ..context import RunContext
-from ..distributed import state as dist_state
-from ..distributed.sharded import kind_for, verify_sharded
-from ..loop.checkpoint import export_weights, load_training_state, load_weights, save_training_state
-from ..loop.replay import replay_inputs
-from ..loop.replay_store import save_replays
-from ..loop.serving_check import config_warnings
-from ..loop.training import TrainState
-from .base import Outcome, PhaseFailure, PhaseRun, phase
-from .resume import _unused
+from pathlib import Path
+
+from ....core.events import RecordUpdate
+from ....core.hashing import artifact_entry
+from ....core.verdict import WARN
+from ...checks import finiteness
+from ...context import Outcome, PhaseFailure, PhaseRun, RunContext
+from ...distributed import state as dist_state
+from ...distributed.sharded import kind_for, verify_sharded
+from ...loop.checkpoint import export_weights, load_training_state, load_weights, save_training_state
+from ...loop.replay import replay_inputs
+from ...loop.replay_store import save_replays
+from ...loop.serving_check import config_warnings
+from ...loop.training import TrainState
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
 FORMATS = {"sharded": "torch.distributed.checkpoint", "full": "torch.save"}
+
+
+def unused_path(path: Path) -> Path:
+    """A name no earlier attempt used: a recorded artifact is never overwritten (R14)."""
+    candidate, i = path, 1
+    while candidate.exists():
+        i += 1
+        candidate = path.with_name(f"{path.stem}-{i}{path.suffix}")
+    return candidate
 
 
 def _record_artifact(ctx: RunContext, entry: dict) -> None:
@@ -46,14 +55,13 @@ def checkpoint_kind(ctx: RunContext, strategy: str, overrides: dict) -> str:
     return kind_for(str(overrides.get("checkpoint") or ctx.spec.distributed.checkpoint), strategy)
 
 
-@phase("save")
 def save(ctx: RunContext, run: PhaseRun) -> Outcome:
     overrides = {k: v for k, v in run.overrides.items() if k != "checkpoint"}
     variant, state = _finite_state(ctx, run, "save", overrides)
     kind = checkpoint_kind(ctx, state.config.strategy, run.overrides)
     # A rerun at the same step gets a new name: an earlier artifact entry keeps its file (R14).
     suffix = ".dcp" if kind == "sharded" else ".pt"
-    path = dist_state.from_rank0(_unused(ctx.work_dir / f"checkpoint-{variant}-step{state.step}{suffix}"))
+    path = dist_state.from_rank0(unused_path(ctx.work_dir / f"checkpoint-{variant}-step{state.step}{suffix}"))
     written = save_training_state(state, path, kind)
     entry = artifact_entry(
         path, "training_checkpoint", phase="save", variant=variant, step=state.step, format=FORMATS[kind]
@@ -102,10 +110,9 @@ def _verify_full(state, path, entry: dict) -> None:
         )
 
 
-@phase("export")
 def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant, state = _finite_state(ctx, run, "export")
-    path = dist_state.from_rank0(_unused(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors"))
+    path = dist_state.from_rank0(unused_path(ctx.work_dir / f"model-{variant}-step{state.step}.safetensors"))
     own = ctx.task.export_state(state.model) if ctx.task.export_state is not None else None
     tensors = export_weights(state.model, path, own)
     entry = artifact_entry(
@@ -130,7 +137,7 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     ctx.memo.setdefault("replay_outputs", {})[entry["sha256"]] = replays
     # On disk too: a runner that dies before `final` must not cost the comparison.
     replays_path = dist_state.from_rank0(
-        _unused(ctx.work_dir / f"replays-{variant}-step{state.step}.safetensors")
+        unused_path(ctx.work_dir / f"replays-{variant}-step{state.step}.safetensors")
     )
     save_replays(replays, replays_path)
     replays_entry = artifact_entry(

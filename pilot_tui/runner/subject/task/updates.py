@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from typing import Any
 
 import torch
 
-from ...analysis import rank_data
-from ...analysis.loss_trend import loss_trend
-from ...analysis.step_time import mean_interval
-from ...core.verdict import WARN
-from ..checks import finiteness
-from ..context import RunContext
-from ..distributed import state as dist_state
-from ..loop import objective_gate
-from ..loop.training import TrainState, UpdateStats, train_update
-from ..memory.probes import forget_peaks, synchronize
-from ..timing.speed_reference import reference_s
-from ..timing.steady import (
+from ....analysis import rank_data
+from ....analysis.loss_trend import loss_trend
+from ....analysis.step_time import mean_interval
+from ....core.verdict import WARN
+from ...checks import finiteness
+from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
+from ...distributed import state as dist_state
+from ...loop import objective_gate
+from ...loop.training import TrainState, UpdateStats, train_update
+from ...memory.probes import forget_peaks, synchronize, tensor_mb
+from ...timing.speed_reference import reference_s
+from ...timing.steady import (
     PROGRESS_PERIOD_S,
     FrozenHeap,
     LossTap,
@@ -29,6 +28,8 @@ from ..timing.steady import (
     expected_updates,
     host_feed,
     interval_details,
+    load_details,
+    machine_load,
     runqueue_clock,
     runqueue_share,
     spread_details,
@@ -37,8 +38,6 @@ from ..timing.steady import (
     timing_message,
     timing_notes,
 )
-from .base import Outcome, PhaseFailure, PhaseRun, finite, phase
-from .load import tensor_mb
 
 
 def optimizer_state_mb(state: TrainState) -> float:
@@ -106,25 +105,6 @@ def _gradless_reason(found: dict[str, Any]) -> str:
     )
 
 
-def machine_load() -> float | None:
-    """The 1-minute load average (None where the OS has none): how busy the machine was."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-
-
-def load_details(before: float | None, after: float | None) -> dict[str, float | int]:
-    """What the timed loop shared the machine with: step times hold only at this thread count,
-    on a machine this busy (a plan made under load is flagged by `plan.busy_machine`)."""
-    out: dict[str, float | int] = {"torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count() or 0}
-    loads = [x for x in (before, after) if x is not None]
-    if loads:
-        out["load_avg_1m"] = round(max(loads), 2)
-    return out
-
-
-# Overflowing updates the fp16 scaler may skip before the first real step (it halves each time).
 MAX_SCALER_SKIPS = 32
 
 
@@ -149,8 +129,7 @@ def _same_split_on_every_rank(ctx: RunContext) -> None:
         raise PhaseFailure(problem, {"split_digests": digests})
 
 
-@phase("first_step")
-def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
+def first_update(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
     if state.step != 0:  # the first step must be a real first step: fresh optimizer state
@@ -242,7 +221,6 @@ def loop_own_details(step_s: float, wait_s: float, model_s: float) -> dict[str, 
     }
 
 
-@phase("steady")
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))

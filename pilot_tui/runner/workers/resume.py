@@ -1,6 +1,6 @@
 """The resumed side of the resume check, in a *new process* (R15).
 
-`python -m pilot_tui.runner.processes.resume_process --spec CAMPAIGN --spec-sha256 H --checkpoint CKPT
+`python -m pilot_tui.runner.workers.resume --spec CAMPAIGN --spec-sha256 H --checkpoint CKPT
 --sha256 H --size N --config JSON --updates n --out DIR`
 
 Loads the campaign and the task from scratch, verifies the checkpoint against the sha256 the
@@ -19,12 +19,17 @@ from pathlib import Path
 from ..loop.checkpoint import load_training_state, restore_training_state, resume_from, save_training_state
 from ..loop.resume_check import final_tensors, next_draws, observe_update
 from ..loop.training import TrainConfig
-from .determinism import deterministic
-from .fresh_process import fresh_process_context, fresh_process_parser, run_fresh_process, write_result
+from ..processes.determinism import deterministic
+from ..processes.fresh_process import (
+    fresh_process_context,
+    fresh_process_parser,
+    run_fresh_process,
+    write_result,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = fresh_process_parser("pilot_tui.runner.processes.resume_process", "--checkpoint", "checkpoint")
+    p = fresh_process_parser("pilot_tui.runner.workers.resume", "--checkpoint", "checkpoint")
     p.add_argument("--config", required=True, help="the TrainConfig of the checked run, as JSON")
     p.add_argument("--updates", type=int, required=True)
     p.add_argument("--files", type=int, default=None, help="a sharded checkpoint's recorded file count")

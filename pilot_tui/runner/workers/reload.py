@@ -1,6 +1,6 @@
 """The final reload, in a *fresh process* (R16, R17).
 
-`python -m pilot_tui.runner.processes.reload_process --spec CAMPAIGN --spec-sha256 H --artifact FILE
+`python -m pilot_tui.runner.workers.reload --spec CAMPAIGN --spec-sha256 H --artifact FILE
 --sha256 H --size N --out DIR`
 
 Builds the task's model from scratch, loads the exported safetensors only after checking them
@@ -13,12 +13,17 @@ import argparse
 
 from ..loop.replay import replay_inputs
 from ..loop.serving_check import generation
+from ..processes.fresh_process import (
+    fresh_process_context,
+    fresh_process_parser,
+    run_fresh_process,
+    write_result,
+)
 from ..safe_load import load_tensors
-from .fresh_process import fresh_process_context, fresh_process_parser, run_fresh_process, write_result
 
 
 def _parser() -> argparse.ArgumentParser:
-    return fresh_process_parser("pilot_tui.runner.processes.reload_process", "--artifact", "artifact")
+    return fresh_process_parser("pilot_tui.runner.workers.reload", "--artifact", "artifact")
 
 
 def reload(args: argparse.Namespace) -> None:

@@ -1,4 +1,4 @@
-"""Process C of a trainer campaign's resume check: `python -m pilot_tui.runner.subject.trainer.resume_worker`.
+"""Process C of a trainer campaign's resume check: `python -m pilot_tui.runner.workers.trainer_resume`.
 
 It captures the same script with the same arguments and environment as the runner did (nothing
 is inherited but the command line and the environment), applies the same settings, calls
@@ -15,17 +15,17 @@ from pathlib import Path
 
 import torch
 
-from ...processes.fresh_process import RESULT_FILE, run_fresh_process
-from ...processes.lifetime import die_with_parent
-from .campaign import capture_for, load_checked
-from .loop import train_steps
-from .probe import StepProbe
-from .resume_gate import hexes
-from .settings import apply_pilot_settings
+from ..processes.fresh_process import RESULT_FILE, run_fresh_process
+from ..processes.lifetime import die_with_parent
+from ..subject.trainer.campaign import capture_for, load_checked
+from ..subject.trainer.loop import train_steps
+from ..subject.trainer.probe import StepProbe
+from ..subject.trainer.resume_gate import hexes
+from ..subject.trainer.settings import apply_pilot_settings
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pilot_tui.runner.subject.trainer.resume_worker")
+    p = argparse.ArgumentParser(prog="pilot_tui.runner.workers.trainer_resume")
     p.add_argument("--spec", type=Path, required=True)
     p.add_argument("--spec-sha256", required=True)
     p.add_argument("--script-sha256", required=True)

@@ -1,4 +1,4 @@
-"""The new process of a trainer campaign's `final`: `python -m pilot_tui.runner.subject.trainer.reload_worker`.
+"""The new process of a trainer campaign's `final`: `python -m pilot_tui.runner.workers.trainer_reload`.
 
 It loads the exported folder with `from_pretrained` (nothing inherited from the runner but the
 command line: no trainer, no in-memory weights) and writes its logits on the runner's row and its
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import torch
 
-from ...processes.fresh_process import run_fresh_process, write_result
-from ...processes.lifetime import die_with_parent
-from ...safe_load import load_tensors
-from .replay import reload_export, view
+from ..processes.fresh_process import run_fresh_process, write_result
+from ..processes.lifetime import die_with_parent
+from ..safe_load import load_tensors
+from ..subject.trainer.replay import reload_export, view
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pilot_tui.runner.subject.trainer.reload_worker")
+    p = argparse.ArgumentParser(prog="pilot_tui.runner.workers.trainer_reload")
     p.add_argument("--export", type=Path, required=True)
     p.add_argument("--adapter-only", action="store_true")
     p.add_argument("--model-class", default="")
