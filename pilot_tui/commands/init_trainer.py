@@ -37,6 +37,9 @@ EPOCH_FLAGS = ("--num_train_epochs", "--epochs")
 MICROBATCH_FLAGS = ("--per_device_train_batch_size", "--batch_size")
 CHECKPOINTING_FLAGS = ("--gradient_checkpointing", "--activation_checkpointing")
 LR_FLAGS = ("--learning_rate", "--lr")
+SEED_FLAGS = ("--seed",)
+# `TrainingArguments.seed` when the command line gives none (TRL's configs and LLaMA-Factory keep it).
+DEFAULT_SEED = 42
 FALSE = ("false", "0", "no")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -316,6 +319,9 @@ def _variant_lines(args: Sequence[str]) -> list[str]:
         "# microbatches = [1, 2, 4, 8]",
     ]
     lr = _number(_flag_value(args, LR_FLAGS))
+    given = _flag_value(args, SEED_FLAGS)
+    seed = int(given) if re.fullmatch(r"-?\d+", given or "") else DEFAULT_SEED
+    whence = "the script's --seed" if given else "TrainingArguments' default seed (no --seed given)"
     lines.append("")
     if lr > 0:
         lines += [
@@ -323,7 +329,7 @@ def _variant_lines(args: Sequence[str]) -> list[str]:
             "[lr_board]",
             f"control = {_literal(lr)}             # the script's --learning_rate",
             f"variants = {_literal([lr / 2, lr * 2])}   # around it: illustrations, not advice",
-            "seeds = [0]",
+            f"seeds = [{seed}]                  # {whence}: each run draws the real run's data order",
             "updates = 20",
             "validate_every = 10",
         ]

@@ -26,6 +26,7 @@ from ..memory.oom import is_oom
 from ..memory.probes import MemoryProbe
 from ..subject.task import TaskTraining
 from ..timing.deadline import DeadlineExceeded, phase_deadline
+from .fence import GlobalState
 
 # A phase module imports what its body needs from here: the decorator, and what a body receives
 # and returns (defined beside the context, which the training under test sees too).
@@ -177,6 +178,7 @@ def execute(
     failure: BaseException | None = None
     outcome = Outcome()
     deadline = None
+    fence = GlobalState.now()  # what the phase found: put back after it, whatever happens inside
     try:
         if poison is not None:
             raise PhaseFailure("not run: the CUDA context was already poisoned")
@@ -188,6 +190,7 @@ def execute(
         failure = exc
         if deadline is not None and deadline.hit and isinstance(exc, Cancelled):
             failure = DeadlineExceeded(f"still running at its time_s ceiling of {deadline.seconds:g} s")
+    lost = fence.restore()
     # Outside the except block: the traceback no longer pins the failed tensors, so the memory
     # can really be returned before the next attempt (R10).
     if failure is not None:
@@ -214,6 +217,8 @@ def execute(
         seconds = outcome.duration_s
     if outcome.memory is not None and poison is None:
         memory = dict(outcome.memory)
+    if lost:
+        outcome.details["fence"] = "not put back after the phase: " + "; ".join(lost)
     if poison is not None:
         outcome = _poisoned_outcome(ctx, run, outcome, poison)
     over = _gate(ctx, run, probe, memory, seconds) if poison is None else None

@@ -130,12 +130,23 @@ def lr_run(ctx: RunContext, run: PhaseRun, plan: Any, row: dict[str, Any], live:
                 "the script gives the trainer no eval_dataset: an LR run has nothing to validate on"
             )
         from_start(ctx)
+        # The script's own seed: the RNG as the capture left it (every phase starts from it, the
+        # fence puts it back) is the real run's, its data order and dropout included. Another
+        # seed is a run of its own, seeded as the script's set_seed would; the fence undoes it.
+        own = plan.seed == saved[1]
+        row["seed_source"] = (
+            "the script's own seed" if own else f"seeded {plan.seed} (the script's is {saved[1]})"
+        )
         a.learning_rate, a.seed = plan.lr, plan.seed
-        transformers.set_seed(plan.seed)  # dropout draws the same at every LR of this seed
+        if not own:
+            transformers.set_seed(plan.seed)  # dropout draws the same at every LR of this seed
         row["initial_weights_sha256"] = parameter_digest(loop.unwrapped(trainer))
-        row["first_batches_sha256"] = first_batches_sha256(trainer, min(FIRST_BATCHES, board.updates))
-        # Update 0: the shared starting point, identical for every LR at this seed.
-        start = float(trainer.evaluate().get(metric, math.nan))
+        # Read beside the run, never in it: a loader's iterator and an evaluation draw from the
+        # global RNG, which train() must find as the real run does.
+        with loop.rng_untouched():
+            row["first_batches_sha256"] = first_batches_sha256(trainer, min(FIRST_BATCHES, board.updates))
+            # Update 0: the shared starting point, identical for every LR at this seed.
+            start = float(trainer.evaluate().get(metric, math.nan))
         row["validation"].append({"update": 0, "loss": start})
         probe = BoardProbe(ctx, run, row, live, board, metric)
         probe.best = start

@@ -116,6 +116,12 @@ def batch_settings(
         _set_checkpointing(trainer, saved_ckpt)
 
 
+def rng_untouched() -> contextlib.AbstractContextManager[Any]:
+    """Every torch RNG as it was after the block (the CUDA ones only once CUDA is initialised)."""
+    cuda = torch.cuda.is_initialized()
+    return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if cuda else [])
+
+
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in batch.items() if k != "labels"}
 
