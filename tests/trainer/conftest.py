@@ -148,11 +148,16 @@ def run_in_process(folder: Path, script: str, args: list[str], **sections: Any) 
     machine). The script's environment and the working folder are put back afterwards (the capture
     leaves what the script set, for the trainer to read later; the link puts back the threads).
     """
+    return run_file_in_process(write_campaign(folder, script, args, **sections))
+
+
+def run_file_in_process(path: Path) -> Run:
+    """`run_in_process` on a campaign file written already (by `init`, say), in its folder."""
     from pilot_tui.commands.headless import run_headless
     from pilot_tui.runner.in_process import InProcessLink
     from pilot_tui.session.driver import Session
 
-    path = write_campaign(folder, script, args, **sections)
+    folder = path.parent
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     os.environ.update(SCRIPT_ENV)
     out, err = io.StringIO(), io.StringIO()
