@@ -87,12 +87,27 @@ class PrecisionStop(TrainerCallback):
         return control
 
 
-def max_steps_for(rule: StopRule, run_updates: int) -> int:
-    """The `max_steps` steady's `train()` runs with: the warm-up plus the minimum when timing a
-    fixed count, else the script's own run length (the precision or the budget ends it sooner)."""
-    if rule.precision <= 0:
-        return 1 + rule.minimum
-    return 1 + max(rule.minimum, run_updates - 1)
+# A warm-up and one timed update: the least steady can measure.
+LEAST = 2
+
+
+def max_steps_for(rule: StopRule, run_updates: int) -> tuple[int, str]:
+    """The `max_steps` steady's `train()` runs with, and what to say of it: the warm-up plus the
+    minimum when timing a fixed count, else the script's own run length (the precision or the
+    budget ends it sooner) — never past the script's run, whose schedule it follows, unless that
+    run is too short to time at all, and then it says so."""
+    wanted = 1 + (rule.minimum if rule.precision <= 0 else max(rule.minimum, run_updates - 1))
+    if run_updates >= wanted:
+        return wanted, ""
+    if run_updates >= LEAST:
+        return run_updates, (
+            f"the script's run is {run_updates} updates: {run_updates - 1} timed after the warm-up, "
+            f"fewer than the {rule.minimum} asked (phases.steady_updates)"
+        )
+    return LEAST, (
+        f"the script's run is {run_updates} update: steady ran {LEAST} (a warm-up and one timed), "
+        "past the script's own run"
+    )
 
 
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
@@ -100,7 +115,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer = trainer_of(ctx)
     require_agreement(ctx)
     rule = stop_rule(ctx.spec.phases, run.overrides, ctx.spec.limit_for("steady").time_s)
-    steps = max_steps_for(rule, ctx.spec.batch.updates)
+    steps, capped = max_steps_for(rule, ctx.spec.batch.updates)
     probe = StepProbe()
     stop = PrecisionStop(probe, rule)
 
@@ -140,6 +155,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     timed_s = sum(times)
     queue_share = runqueue_share(stop.queue_before, stop.queue_after, timed_s)
     notes = timing_notes(interval, rule, stopped, speed, cuda)
+    if capped:
+        notes.append(capped)
     if stopped == "max_steps":
         notes.append(
             f"timing stopped at the script's own run length ({steps} updates) with the mean step time "
