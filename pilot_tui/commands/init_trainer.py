@@ -62,6 +62,7 @@ class ScriptFindings:
     rows: int = 0
     replays: list[str] = field(default_factory=list)
     plain_text: bool = False  # the data is bare text: every token is learnt, no prompt to mask
+    classifier: str = ""  # "sequence classifier" / "token classifier": the model class it builds
     model_dir: Path | None = None
     weight_bytes: int = 0
     epochs: int = 1
@@ -118,6 +119,18 @@ def _trainer_classes(tree: ast.Module) -> list[str]:
         ):
             names.append(node.name)
     return list(dict.fromkeys(names))
+
+
+def _classifier(tree: ast.Module) -> str:
+    """What classifier the script builds, by the model class it names (read, never run)."""
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    if any(n.endswith("ForSequenceClassification") for n in names):
+        return "sequence classifier"
+    if any(n.endswith("ForTokenClassification") for n in names):
+        return "token classifier"
+    return ""
 
 
 def _calls_train(tree: ast.Module) -> bool:
@@ -235,6 +248,7 @@ def inspect_script(
         if not ENV_NAME.fullmatch(name) or "\0" in value:
             raise TrainerInitError(f"--env {name}={value}: not a valid environment variable")
     found.trainers = _trainer_classes(tree)
+    found.classifier = _classifier(tree)
     found.requires = _imports(tree, script.resolve().parent)
     moved = []
     for token in args:
@@ -377,7 +391,12 @@ def render_trainer(found: ScriptFindings, *, out: Path, name: str) -> str:
         lines.append(
             f"requires = {_literal(found.requires)}   # the script's imports, checked by the stack phase"
         )
-    if found.plain_text:
+    if found.classifier:
+        lines.append(
+            f"# a {found.classifier}: each row's class is its target, there is no prompt to mask "
+            "(supervise_prompt does not apply)"
+        )
+    elif found.plain_text:
         lines.append("supervise_prompt = true         # bare text: every token is learnt, there is no prompt")
     else:
         lines.append(

@@ -19,6 +19,9 @@ Batch = dict[str, "torch.Tensor"]
 CAUSAL_LM = "causal_lm"
 CLASSIFICATION = "classification"
 KINDS = (CAUSAL_LM, CLASSIFICATION)
+# A captured trainer's token classifier (labels per token, no shift): its rows are shown to the
+# checks, which say what they do not treat yet; a task file declares one of KINDS.
+TOKEN_CLASSIFICATION = "token_classification"
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def test_a_loss_averaged_per_microbatch_fails_first_step(tiny, tmp_path):
     assert run.rc == 1, run.out
     row = run.row("first_step")
     assert row["verdict"] == "fail"
-    assert "weighs microbatches, not tokens" in row["reason"]
+    assert "weigh microbatches, not scored tokens" in row["reason"]
     assert "the script's CompletionTrainer.compute_loss" in row["reason"]  # what to fix
     assert row["details"]["accumulation"]["grad_rel_diff"] > 0.1
     assert run.row("inspect")["verdict"] == "pass"

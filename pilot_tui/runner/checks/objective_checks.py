@@ -134,7 +134,12 @@ class AccumulationCheck:
     def lengths_vary(self) -> bool:
         return len(set(self.lengths)) > 1
 
-    def message(self) -> str:
+    @property
+    def factor(self) -> float:
+        """How many times the gradient of the cut update is the whole one's (1 when they agree)."""
+        return self.grad_norm_narrow / self.grad_norm_wide if self.grad_norm_wide else float("inf")
+
+    def message(self, unit: str = "supervised targets") -> str:
         (m, a), (m1, a1) = self.wide, self.narrow
         same = (
             f"loss {self.loss_wide:.6g} vs {self.loss_narrow:.6g}, gradient norm "
@@ -149,8 +154,8 @@ class AccumulationCheck:
             f"the same examples give another update as (microbatch {m}, accumulation {a}) than as "
             f"(microbatch {m1}, accumulation {a1}): {same} (relative differences {self.loss_rel_diff:.3g} "
             f"and {self.grad_rel_diff:.3g}, over {self.tolerance:g}) — the loss is normalised per "
-            "microbatch, not by the supervised targets of the whole update, so the accumulation "
-            "setting changes what is trained"
+            f"microbatch, not by the {unit} of the whole update, so the accumulation setting changes "
+            "what is trained"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -191,8 +196,9 @@ def compare_accumulation(
 
 
 def _rows(batch: Any) -> Any:
-    if isinstance(batch, dict):
-        return next(iter(batch.values()))
+    """What a microbatch's rows are counted on: its inputs (a dict's first value may be a label)."""
+    if isinstance(batch, dict) or hasattr(batch, "keys"):
+        return batch["input_ids"] if "input_ids" in batch else next(iter(batch.values()))
     return batch
 
 

@@ -224,6 +224,46 @@ def build_seq2seq(assets: Assets) -> Path:
     return folder
 
 
+def classification_rows(n: int = 120, seed: int = 3) -> list[dict[str, str]]:
+    """`{"text": "rev abc", "label": "rev"}`: which operation a word is shown with (3 classes)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        op = sorted(OPS)[i % len(OPS)]
+        word = _word(rng)
+        rows.append({"text": f"{op}: {word} = {OPS[op](word)}", "label": op})
+    return rows
+
+
+def build_classifier(assets: Assets) -> tuple[Path, Path]:
+    """A sequence classifier beside `assets.model` (the causal model's body, a new 3-class head;
+    `id2label` in the config) and its labelled JSONL: what `AutoModelForSequenceClassification`
+    scripts fine-tune. Built on first use only."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder, data = assets.root / "classifier", assets.root / "classes.jsonl"
+    if (folder / "config.json").is_file() and data.is_file():
+        return folder, data
+    _write_jsonl(data, classification_rows())
+    names = sorted(OPS)
+    tok = AutoTokenizer.from_pretrained(assets.model)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        assets.model,
+        num_labels=len(names),
+        id2label=dict(enumerate(names)),
+        label2id={n: i for i, n in enumerate(names)},
+        pad_token_id=tok.pad_token_id,
+    )
+    tmp = folder.with_name(f".{folder.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    os.replace(tmp, folder)
+    return folder, data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)

@@ -14,9 +14,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ....analysis.checks import CheckResult, paused_gc, verdict_of
-from ....tasks.contract import CAUSAL_LM, Task
+from ....tasks.contract import CAUSAL_LM, TOKEN_CLASSIFICATION, Task
 from .classifier import inspect_classification
-from .common import SEEN_MEMO, ModelOutput, batches, model_output, pick_shown, seen_digests
+from .common import (
+    SEEN_MEMO,
+    ModelOutput,
+    batches,
+    inspect_token_labels,
+    model_output,
+    pick_shown,
+    seen_digests,
+)
 from .lm import inspect_lm, render, role_of
 
 __all__ = [
@@ -53,7 +61,9 @@ def inspect_task(
     split_of = {i: name for name, idx in splits.items() for i in idx}
     train = list(splits.get("train", [])) or list(range(len(task.examples)))
     details: dict[str, Any] = {"kind": task.kind, "examples_scanned": len(task.examples)}
-    if task.kind == CAUSAL_LM:
+    if task.kind == TOKEN_CLASSIFICATION:
+        checks, found = inspect_token_labels(task, max_length)
+    elif task.kind == CAUSAL_LM:
         checks, found = inspect_lm(
             task,
             max_length=max_length,

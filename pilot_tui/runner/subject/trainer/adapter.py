@@ -27,6 +27,7 @@ from ....analysis.checks import Check, listing
 from ....core.verdict import FAIL, PASS
 from ....tasks.contract import CAUSAL_LM, Example, Task
 from .estimate import trainer_source
+from .kinds import Kind, kind_of
 from .loop import encoder_decoder as is_encoder_decoder
 from .loop import unwrapped
 
@@ -100,6 +101,57 @@ def stack(rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int) -> dict[str, 
     return out
 
 
+def stack_classes(
+    rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int, max_length: int = 0
+) -> dict[str, torch.Tensor]:
+    """One-row classifier batches right-padded into one: each row's inputs and its class (or
+    its float targets, multi-label or regression)."""
+    width = max(1, max(int(r["input_ids"].shape[-1]) for r in rows))
+    n = len(rows)
+    out = {
+        "input_ids": torch.full((n, width), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros((n, width), dtype=torch.long),
+        "labels": torch.cat([r["labels"].reshape(1, -1) for r in rows]).squeeze(-1),
+    }
+    for i, r in enumerate(rows):
+        ids = r["input_ids"].reshape(-1)
+        out["input_ids"][i, : ids.shape[0]] = ids
+        mask = r.get("attention_mask")
+        out["attention_mask"][i, : ids.shape[0]] = 1 if mask is None else mask.reshape(-1)
+    if max_length and width > max_length:
+        out["input_ids"], out["attention_mask"] = (
+            out["input_ids"][:, :max_length],
+            out["attention_mask"][:, :max_length],
+        )
+    return out
+
+
+def class_label_names(ds: Any) -> list[str] | None:
+    """The names of a `datasets.ClassLabel` label column, None where the dataset has none."""
+    features = getattr(ds, "features", None) or {}
+    for column in ("label", "labels"):
+        names = getattr(features.get(column), "names", None)
+        if names:
+            return [str(n) for n in names]
+    return None
+
+
+def scalar_fields(ds: Any, i: int) -> dict[str, Any]:
+    """A raw row's short text and number columns (the label's name among them, where the script
+    keeps one), for the classifier checks that compare names with the data."""
+    if ds is None:
+        return {}
+    row = ds[int(i)]
+    if not isinstance(row, Mapping):
+        return {}
+    return {
+        f"field_{k}": v
+        for k, v in row.items()
+        if k not in ("input_ids", "attention_mask", "token_type_ids", "labels")
+        and (isinstance(v, int | float) or (isinstance(v, str) and len(v) <= 200))
+    }
+
+
 def seq2seq_view(row: Mapping[str, torch.Tensor], start_id: int, pad_id: int) -> dict[str, torch.Tensor]:
     """A one-row encoder-decoder batch as one causal sequence: the encoder's tokens (context),
     the decoder start, then target j at its own position, scored where its label is. A causal
@@ -170,20 +222,29 @@ class TrainerAdapter:
     # `seq2seq_view`, with the decoder's start token between input and targets.
     encoder_decoder: bool = False
     start_id: int = 0
+    # What the trainer trains (kinds.py): a sequence classifier's rows are examples with a class,
+    # shown to the classifier checks; a causal LM's and a seq2seq's, token sequences.
+    kind: Kind = field(default_factory=lambda: Kind(CAUSAL_LM))
     task: Task = field(init=False)
 
     def __post_init__(self) -> None:
         examples: list[Example] = []
+        raw = self.raw_sets() if self.kind.classifier else {}
         for split, rows in self.row_sets().items():
             examples += [
                 {"id": f"{split}[{i}]", "group": f"{split}[{i}]", "split": split, "row": i}
+                | scalar_fields(raw.get(split), i)
                 for i in range(len(rows))
             ]
         self.examples = examples
         self._lengths: dict[tuple[str, int], int] = {}
         self.task = Task(
             name=f"trainer:{type(self.trainer).__name__}",
-            kind=CAUSAL_LM,
+            kind=self.kind.task_kind,
+            class_names=list(self.kind.class_names) or None,
+            # What each row's class id means in its own dataset (a `ClassLabel`'s names): the
+            # classifier checks hold it against the model's id2label, example by example.
+            label_meaning=self.meaning if self.kind.classifier and self._meanings() else None,
             examples=examples,
             build_model=self._no_build,
             collate=self.collate,
@@ -224,6 +285,8 @@ class TrainerAdapter:
     def view(self, row: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One example's batch as the token checks read it: itself, an encoder-decoder's causal
         view, or a label-less preference batch's first sequence scored by its completion mask."""
+        if self.kind.task_kind != CAUSAL_LM:
+            return row  # a classifier's row: its inputs and its class (or its tokens' labels)
         if "labels" not in row and "completion_mask" in row:
             return masked_view(row)
         if not self.encoder_decoder or "labels" not in row:
@@ -234,6 +297,8 @@ class TrainerAdapter:
         return self.view(self.rows_of(example["split"]).one(example["row"]))
 
     def collate(self, examples: Sequence[Example], max_length: int) -> dict[str, torch.Tensor]:
+        if self.kind.classifier:
+            return stack_classes([self.one(ex) for ex in examples], self.pad_id, max_length)
         batch = stack([self.one(ex) for ex in examples], self.pad_id)
         if max_length and batch["input_ids"].shape[1] > max_length:
             batch = {k: v[:, :max_length] for k, v in batch.items()}
@@ -275,9 +340,81 @@ class TrainerAdapter:
         sets = self.row_sets()
         return max((self.length(s, i) for s, r in sets.items() for i in range(len(r))), default=0)
 
+    def _meanings(self) -> dict[str, list[str]]:
+        """Per split, its dataset's `ClassLabel` names (splits without one are left out)."""
+        if not hasattr(self, "_names_by_split"):
+            found = {s: class_label_names(ds) for s, ds in self.raw_sets().items()}
+            self._names_by_split = {s: n for s, n in found.items() if n is not None}
+        return self._names_by_split
+
+    def meaning(self, example: Example) -> str:
+        names = self._meanings().get(example["split"])
+        if names is None:
+            return ""
+        row = self.raw_sets()[example["split"]][int(example["row"])]  # the same rows, every column
+        value = row.get("label", row.get("labels")) if isinstance(row, Mapping) else None
+        i = int(value) if isinstance(value, int | float) else -1
+        return names[i] if 0 <= i < len(names) else ""
+
+    def raw_sets(self) -> dict[str, Any]:
+        """Each dataset as the script built it, every column kept (the label names among them)."""
+        ds = self.trainer.eval_dataset
+        evals = {EVAL: ds} if ds is not None and not isinstance(ds, dict) else {}
+        if isinstance(ds, dict):
+            evals = {f"{EVAL}_{name}": d for name, d in ds.items()}
+        return {TRAIN: self.trainer.train_dataset, **evals}
+
     def checks(self) -> list[Check]:
+        if self.kind.classifier:
+            return [self.class_map_check()]
+        if self.kind.task_kind != CAUSAL_LM:
+            return []
         pairs = self.pair_check()
         return [self.end_check(), self.boundary_check(), *([pairs] if pairs is not None else [])]
+
+    def class_map_check(self) -> Check:
+        """`config.id2label` against the label names each dataset still holds (a `ClassLabel`):
+        a map built per split — where eval lacks a class — shifts every id after it."""
+        model_names = list(self.kind.class_names)
+        found: dict[str, list[str]] = {}
+        for split, ds in self.raw_sets().items():
+            names = class_label_names(ds)
+            if names is not None:
+                found[split] = names
+        if not found:
+            return Check(
+                "class_map",
+                PASS,
+                f"the datasets hold class ids only: config.id2label {model_names} names them (checked "
+                "against the ids' range and counts below)",
+            )
+        wrong = {s: names for s, names in found.items() if names != model_names}
+        if wrong:
+            split, names = next(iter(wrong.items()))
+            first = next(
+                (
+                    i
+                    for i in range(max(len(names), len(model_names)))
+                    if names[i : i + 1] != model_names[i : i + 1]
+                ),
+                0,
+            )
+            said = ", ".join(f"{s}: {n}" for s, n in wrong.items())
+            return Check(
+                "class_map",
+                FAIL,
+                f"the {split} dataset's label names differ from the model's config.id2label {model_names} "
+                f"({said}): class id {first} means {names[first] if first < len(names) else 'nothing'} in the "
+                f"data and {model_names[first] if first < len(model_names) else 'nothing'} to the model — a "
+                "class map built per split, or a model whose id2label was never set from the data",
+                len(wrong),
+                list(wrong),
+            )
+        return Check(
+            "class_map",
+            PASS,
+            f"the label names of {', '.join(found)} equal the model's config.id2label {model_names}",
+        )
 
     def pair_check(self) -> Check | None:
         """A preference pair whose rejected completion is its chosen one teaches nothing: the
@@ -405,6 +542,7 @@ def adapt(trainer: Any) -> TrainerAdapter:
         pad = getattr(tok, "eos_token_id", None) or 0
     model = unwrapped(trainer)
     start = getattr(getattr(model, "config", None), "decoder_start_token_id", None)
+    kind = kind_of(model, train.one(0) if len(train) else None)
     return TrainerAdapter(
         trainer,
         train,
@@ -414,4 +552,5 @@ def adapt(trainer: Any) -> TrainerAdapter:
         end_ids(tok) if tok else set(),
         encoder_decoder=is_encoder_decoder(model),
         start_id=int(start if start is not None else pad),
+        kind=kind,
     )

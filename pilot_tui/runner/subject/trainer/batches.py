@@ -13,7 +13,9 @@ import torch
 
 from ....analysis.checks import Check
 from ....core.verdict import PASS, WARN
+from ....tasks.contract import TOKEN_CLASSIFICATION
 from .adapter import stack
+from .loop import rng_untouched
 
 IGNORE = -100
 # A padding-free batch is one long row: the pane shows its head.
@@ -86,21 +88,29 @@ def _as_views(adapter: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
     return stack([adapter.view(row) for row in rows], adapter.pad_id)
 
 
+def first_window(trainer: Any) -> list[dict[str, Any]]:
+    """The first accumulation window of the trainer's own train dataloader, its RNG untouched."""
+    accumulation = max(1, int(trainer.args.gradient_accumulation_steps))
+    window: list[dict[str, Any]] = []
+    with rng_untouched():  # a loader's iterator draws from the global RNG: train() must not see it
+        for batch in trainer.get_train_dataloader():
+            window.append(batch)
+            if len(window) == accumulation:
+                break
+    return window
+
+
 def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
     """The first accumulation window of the trainer's own train dataloader."""
     view = LoaderView()
-    loader = trainer.get_train_dataloader()
-    accumulation = max(1, int(trainer.args.gradient_accumulation_steps))
-    window: list[dict[str, Any]] = []
-    for batch in loader:
-        window.append(batch)
-        if len(window) == accumulation:
-            break
+    window = first_window(trainer)
     if not window:
         view.checks.append(Check("normaliser", WARN, "the train dataloader yields no batch"))
         return view
     num_items = trainer._get_num_items_in_batch(window, trainer.args.device)
     cpu = [{k: v.cpu() for k, v in b.items() if isinstance(v, torch.Tensor)} for b in window]
+    if adapter.kind.classifier:
+        return classifier_view(view, adapter, cpu, num_items, show)
     shifted = sum(int((b["labels"][..., 1:] != IGNORE).sum()) for b in cpu if "labels" in b)
     unshifted = sum(int((b["labels"] != IGNORE).sum()) for b in cpu if "labels" in b)
     boundaries = sum(int((b["position_ids"][:, 1:] == 0).sum()) for b in cpu if "position_ids" in b)
@@ -111,6 +121,8 @@ def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
     views = [_as_views(adapter, b) for b in cpu] if seq2seq or masked else cpu
     if seq2seq or masked:
         shifted = sum(int((v["labels"][..., 1:] != IGNORE).sum()) for v in views)
+    if adapter.kind.task_kind == TOKEN_CLASSIFICATION:
+        shifted = unshifted  # a token classifier scores each position's own label: no shift
     scored, what = shifted, "the decoder's loss" if seq2seq else "the shifted loss"
     view.windows.append(
         {
@@ -169,6 +181,55 @@ def loader_view(trainer: Any, adapter: Any, show: int) -> LoaderView:
                     "flags": [] if scored else ["no scored token"],
                     "text": _render(tokens),
                     "tokens": tokens,
+                }
+            )
+            shown += 1
+    return view
+
+
+def classifier_view(
+    view: LoaderView, adapter: Any, cpu: list[dict[str, torch.Tensor]], num_items: Any, show: int
+) -> LoaderView:
+    """A sequence classifier's window: each row's input as the model reads it and its class."""
+    names = list(adapter.kind.class_names)
+    rows = sum(int(b["input_ids"].shape[0]) for b in cpu)
+    view.legend = "each row: its real tokens, decoded, then -> its label (id and name)"
+    view.windows.append(
+        {
+            "microbatches": len(cpu),
+            "shapes": [list(b["input_ids"].shape) for b in cpu],
+            "num_items_in_batch": int(num_items) if num_items is not None else None,
+            "rows": rows,
+        }
+    )
+    said = (
+        f"num_items_in_batch = {int(num_items)} for the window's {rows} examples"
+        if num_items is not None
+        else f"the trainer passes no num_items_in_batch (the loss is averaged per microbatch); {rows} examples"
+    )
+    view.checks.append(Check("normaliser", PASS, said))
+    shown = 0
+    for m, b in enumerate(cpu):
+        mask = b.get("attention_mask", torch.ones_like(b["input_ids"]))
+        for r in range(b["input_ids"].shape[0]):
+            if shown >= show:
+                break
+            ids = b["input_ids"][r][mask[r].bool()].tolist()
+            label = b["labels"][r] if "labels" in b else None
+            value = label.tolist() if label is not None else None
+            name = names[value] if isinstance(value, int) and 0 <= value < len(names) else ""
+            text = "".join(adapter.decode(i) for i in ids)
+            view.examples.append(
+                {
+                    "index": shown,
+                    "id": f"window 0 · microbatch {m} · row {r}",
+                    "split": "train",
+                    "padded_length": int(b["input_ids"].shape[1]),
+                    "real_tokens": len(ids),
+                    "label": value,
+                    "name": name,
+                    "flags": [] if label is not None else ["no label"],
+                    "text": f"{text} -> {value}" + (f" {name}" if name else ""),
                 }
             )
             shown += 1

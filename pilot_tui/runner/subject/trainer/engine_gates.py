@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 from ....core.hashing import sha256_file
 from ....core.verdict import PASS, WARN
+from ....tasks.contract import CAUSAL_LM
 from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ...distributed import state as dist_state
 from ...memory.probes import tensor_mb
@@ -45,7 +46,12 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     from_start(ctx)
     rows = _accumulation_rows(ctx)
     run.current_input = {"accumulation_check_examples": len(rows)}
-    check, items = loop.accumulation_check(trainer, rows, adapter.train.collate_fn)
+    check, items = loop.accumulation_check(trainer, rows, adapter.train.collate_fn, adapter.kind)
+    cured = None
+    if not check.ok:
+        with loop.as_cured(trainer) as flagged:
+            if flagged:
+                cured, _ = loop.accumulation_check(trainer, rows, adapter.train.collate_fn, adapter.kind)
     world = dist_state.world()
     scaled = loop.rank_loss_scale(trainer, rows, adapter.train.collate_fn) if world > 1 else {}
     probe = probe_for(ctx, run)
@@ -64,7 +70,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
         "activation_checkpointing": loop.checkpointing(trainer.args),
         # DistributedDataParallel on several ranks: the trainer wrapped its own model.
         "trained_as": type(trainer.model_wrapped).__name__,
-        "accumulation": check.as_dict() | items,
+        "accumulation": check.as_dict() | items | ({"cured": cured.as_dict()} if cured is not None else {}),
         "ran": "the trainer's own train() for max_steps = 1",
     } | ({"rank_loss_scale": scaled} if scaled else {})
     scale = scaled.get("scale")
@@ -76,22 +82,49 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
             f"Trainer.compute_loss does: loss and gradients are {scale:.3g} × the intended",
             details,
         )
+    warning = ""
     if not check.ok:
-        raise PhaseFailure(
-            f"{check.message()}: the loss normalisation weighs microbatches, not tokens (the loss is "
-            f"{loop.loss_owner(trainer)}; does it average per microbatch and ignore num_items_in_batch?)",
-            details,
+        accumulation = int(trainer.args.gradient_accumulation_steps)
+        said = accumulation_said(check, adapter.kind.unit, loop.loss_owner(trainer), cured)
+        cure = loop.loss_cure(trainer, adapter.kind.unit)
+        if accumulation > 1:
+            raise PhaseFailure(
+                f"this run accumulates {accumulation} microbatches per update and {said}: its updates weigh "
+                f"microbatches, not {adapter.kind.unit}. The cure, in the script: {cure}",
+                details,
+            )
+        # The run itself does not accumulate: its updates are right. Said, for the day it does.
+        warning = (
+            f"this run does not accumulate (accumulation 1), so its updates are right; but {said}: at "
+            f"accumulation a > 1 (a smaller microbatch, a memory variant) each update would weigh "
+            f"microbatches, not {adapter.kind.unit}. Before raising it, in the script: {cure}"
         )
     if not finite(loss) or not finite(gn):
         raise PhaseFailure(
             f"non-finite {'loss' if not finite(loss) else 'gradient norm'} at the first update", details
         )
+    if warning:
+        return Outcome(WARN, warning, details)
     return Outcome(
         PASS,
         f"first update loss {loss:.4g}, grad norm {gn:.3g}; accumulation check: the same update cut into "
         f"microbatches gives the same gradient ({check.grad_rel_diff:.1e} apart)",
         details,
     )
+
+
+def accumulation_said(check: Any, unit: str, owner: str, cured: Any) -> str:
+    """What the accumulation check measured, in the kind's words, with the cure's own measure."""
+    (m, _), (_, a) = check.wide, check.narrow
+    said = (
+        f"the same {m} {unit} give {check.factor:.3g}× the gradient cut into {a} microbatches as in one "
+        f"(loss {check.loss_narrow:.4g} vs {check.loss_wide:.4g}; the loss is {owner})"
+    )
+    if cured is not None:
+        said += f"; with trainer.model_accepts_loss_kwargs = False, {cured.factor:.3g}× " + (
+            "(the same update)" if cured.ok else "(still off: the loss averages each microbatch)"
+        )
+    return said
 
 
 def _subset(ds: Any, rows: list[int]) -> Any:
@@ -202,7 +235,8 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     # What final compares: the exported model's logits on one row and its replies to the inputs.
     batch = _probe_batch(adapter)
     tok, inputs = adapter.tokenizer, list(ctx.spec.replay.inputs)
-    prompts = [replay.prompt_ids(tok, text) for text in inputs] if tok is not None else []
+    generates = adapter.kind.task_kind == CAUSAL_LM
+    prompts = [replay.prompt_ids(tok, text, chat=generates) for text in inputs] if tok is not None else []
     logits, replies = replay.view(loop.unwrapped(trainer), batch, prompts, set(adapter.ends))
     ctx.memo[EXPORT_MEMO] = {
         "path": path,
@@ -217,7 +251,9 @@ def export(ctx: RunContext, run: PhaseRun) -> Outcome:
     details = found | {
         "export_s": seconds,
         "adapter_only": adapter_only,
-        "controls": [{"input": t, "output": _decode(tok, r)} for t, r in zip(inputs, replies, strict=False)],
+        "controls": [
+            {"input": t, "output": _reply(adapter, r)} for t, r in zip(inputs, replies, strict=False)
+        ],
     }
     if not any(f.endswith((".safetensors", ".bin")) for f in found["files"]):
         raise PhaseFailure(f"save_model wrote no weights file in {path}", details)
@@ -229,13 +265,20 @@ def _decode(tok: Any, ids: list[int]) -> str:
     return tok.decode(ids) if tok is not None else " ".join(map(str, ids))
 
 
+def _reply(adapter: Any, ids: list[int]) -> str:
+    """A replayed reply as words: a classifier's class by its name, a generated reply decoded."""
+    names = list(adapter.kind.class_names)
+    if adapter.kind.classifier and len(ids) == 1 and 0 <= ids[0] < len(names):
+        return f"{ids[0]} {names[ids[0]]}"
+    return _decode(adapter.tokenizer, ids)
+
+
 def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     """The export reloaded with from_pretrained (+ the adapter) in a new process: its logits and
     replies must be the exported model's."""
     exported = ctx.memo.get(EXPORT_MEMO)
     if exported is None:
         raise PhaseFailure("export has not run in this runner: nothing to reload")
-    tok = adapter_of(ctx).tokenizer
     work = ctx.work_dir / "trainer-final"
     work.mkdir(parents=True, exist_ok=True)
     row_file = work / "row.safetensors"
@@ -270,7 +313,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         else math.inf
     )
     changed = [
-        {"input": t, "before": _decode(tok, b), "after": _decode(tok, a)}
+        {"input": t, "before": _reply(adapter_of(ctx), b), "after": _reply(adapter_of(ctx), a)}
         for t, b, a in zip(exported["inputs"], exported["replies"], result["replies"], strict=True)
         if b != a
     ]
@@ -278,7 +321,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         "reload_process_s": seconds,
         "logits_max_abs_diff": diff,
         "controls": [
-            {"input": t, "output": _decode(tok, a)}
+            {"input": t, "output": _reply(adapter_of(ctx), a)}
             for t, a in zip(exported["inputs"], result["replies"], strict=True)
         ],
         "controls_changed": changed,

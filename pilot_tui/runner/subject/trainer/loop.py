@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ...checks.objective_checks import AccumulationCheck, compare_accumulation
+from .kinds import Kind
 from .probe import StepProbe
 
 
@@ -32,6 +33,49 @@ def loss_owner(trainer: Any) -> str:
             "division by num_items_in_batch to it and does not divide by the accumulation steps"
         )
     return f"{type(model).__name__}'s own loss"
+
+
+def loss_cure(trainer: Any, unit: str, flag_cures: bool = False) -> str:
+    """The line a user adds to their script so one update weighs its {unit}, not its microbatches.
+    `flag_cures`: `model_accepts_loss_kwargs = False` was measured to give the same update (it
+    does where every microbatch weighs alike, e.g. a classifier's: one target an example)."""
+    if getattr(trainer, "compute_loss_func", None) is not None:
+        return (
+            f"in the compute_loss_func the script passes, sum the loss over the batch's {unit} and divide "
+            "by num_items_in_batch (the Trainer passes the whole window's count)"
+        )
+    own = type(trainer).compute_loss
+    if not own.__module__.startswith(("transformers.", "trl.")):
+        return (
+            f"in {own.__qualname__}, sum the loss over the batch's {unit} and divide by num_items_in_batch "
+            "(the Trainer passes the whole window's count), as Trainer.compute_loss does"
+        )
+    if getattr(trainer, "model_accepts_loss_kwargs", False) and flag_cures:
+        return (
+            "after building the trainer, set `trainer.model_accepts_loss_kwargs = False`: the Trainer then "
+            "divides each microbatch's loss by the accumulation steps (this model's loss ignores "
+            "num_items_in_batch)"
+        )
+    return (
+        f"pass the Trainer a compute_loss_func that sums the loss over the batch's {unit} and divides by "
+        "num_items_in_batch"
+    )
+
+
+@contextlib.contextmanager
+def as_cured(trainer: Any) -> Iterator[bool]:
+    """The trainer with the cure `loss_cure` names for a model's own loss, when it is that one
+    flag (yields whether it is): the check is measured again under it, never the run."""
+    own = type(trainer).compute_loss.__module__.startswith(("transformers.", "trl."))
+    flag = own and getattr(trainer, "compute_loss_func", None) is None and trainer.model_accepts_loss_kwargs
+    if not flag:
+        yield False
+        return
+    trainer.model_accepts_loss_kwargs = False
+    try:
+        yield True
+    finally:
+        trainer.model_accepts_loss_kwargs = True
 
 
 def unwrapped(trainer: Any) -> torch.nn.Module:
@@ -153,7 +197,7 @@ def _update_on(trainer: Any) -> Callable[[Sequence[dict[str, Any]]], torch.Tenso
 
 
 def accumulation_check(
-    trainer: Any, rows: list[Any], collate: Any, tolerance: float = 1e-3
+    trainer: Any, rows: list[Any], collate: Any, kind: Kind, tolerance: float = 1e-3
 ) -> tuple[AccumulationCheck, dict[str, Any]]:
     """The gradient of one update must not depend on how it is cut into microbatches (a loss that
     averages per microbatch weighs a 3-token microbatch like a 30-token one): the pilot's own
@@ -163,9 +207,9 @@ def accumulation_check(
     saved_steps = getattr(trainer, "current_gradient_accumulation_steps", 1)
     wide, narrow = [collate(rows)], [collate([r]) for r in rows]
     params = [p for p in model.parameters() if p.requires_grad]
-    # Each microbatch's scored tokens: after the causal shift, or every target of an encoder-decoder.
-    first = 0 if encoder_decoder(model) else 1
-    lengths = [int((b["labels"][..., first:] != -100).sum()) if "labels" in b else 0 for b in narrow]
+    # Each microbatch's scored targets, in the kind's terms (after the causal shift; every target
+    # of an encoder-decoder; one class per example).
+    lengths = [kind.scored(b["labels"]) if "labels" in b else 0 for b in narrow]
     try:
         with no_dropout(model):
             check = compare_accumulation(

@@ -14,9 +14,10 @@ import transformers
 BUDGET = 16
 
 
-def prompt_ids(tok: Any, text: str) -> list[int]:
-    """A replayed input as the model is served it: the chat template's user turn when there is one."""
-    if getattr(tok, "chat_template", None):
+def prompt_ids(tok: Any, text: str, chat: bool = True) -> list[int]:
+    """A replayed input as the model is served it: the chat template's user turn when there is one
+    (and the model generates: a classifier reads the text as it was tokenised for training)."""
+    if chat and getattr(tok, "chat_template", None):
         ids = tok.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )
@@ -57,7 +58,12 @@ def view(
     device = next(model.parameters()).device
     with torch.no_grad():
         logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
-    replies = [greedy(model, p, stops) for p in prompts]
+        if logits.dim() == 2:  # a sequence classifier: its reply to an input is the class it predicts
+            replies = [
+                [int(model(input_ids=torch.tensor([p], device=device)).logits.argmax(-1))] for p in prompts
+            ]
+        else:
+            replies = [greedy(model, p, stops) for p in prompts]
     model.train(was)
     return logits, replies
 
