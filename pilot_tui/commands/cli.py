@@ -138,9 +138,14 @@ def _init_parser(sub) -> None:
     ini.add_argument("--data", type=Path, help="JSONL data file")
     ini.add_argument(
         "--trainer",
-        type=Path,
-        metavar="SCRIPT",
-        help="a transformers Trainer / TRL SFTTrainer script to pilot unchanged; its arguments follow `--`",
+        metavar="PROGRAM",
+        help="a transformers Trainer / TRL SFTTrainer program to pilot unchanged: a .py script, or a "
+        "console command (its path or its name: llamafactory-cli); its arguments follow `--`",
+    )
+    ini.add_argument(
+        "--trainer-module",
+        metavar="MODULE",
+        help="the same for a module run as `python -m MODULE` (e.g. trl.scripts.sft)",
     )
     ini.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="with --trainer: set for the script"
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in or (args_in[0] not in SUBCOMMANDS and args_in[0] not in ("-h", "--help", "--version")):
         args_in = ["open", *args_in]
     args = _parser().parse_args(args_in)
-    if args.command == "init" and args.trainer:
+    if args.command == "init" and (args.trainer or args.trainer_module):
         # Like init below: it reaches the Hugging Face tasks, which no other command loads.
         from .init_trainer import main as init_trainer_main
 

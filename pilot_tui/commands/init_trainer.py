@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.launch import command_changes, find_command, runs_python
+from ..core.spec import SpecError, load_spec
 from ..tasks.hf_data import DataError, read_jsonl
 from ..tasks.hf_model import weight_files
 from .init import _literal
@@ -52,8 +54,15 @@ class TrainerInitError(ValueError):
 class ScriptFindings:
     """What `init --trainer` read, each with the sentence that explains it in the campaign."""
 
-    script: Path
+    script: Path  # the file read: the script, or the module a console command or `-m` runs
     args: list[str]  # as the campaign holds them: paths relative to the campaign's folder
+    given: list[str] = field(default_factory=list)  # the arguments as the user typed them
+    program: str = ""  # as written in the campaign: a path, a console command's name
+    module: str = ""  # `python -m module`
+    console: bool = False  # a package's console command: a wrapper around its entry point
+    lr_from: str = ""  # where the LR was read: the command line or a config file
+    config_lr: float = 0.0
+    config_seed: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     requires: list[str] = field(default_factory=list)
     trainers: list[str] = field(default_factory=list)
@@ -72,8 +81,10 @@ def _tree(script: Path) -> ast.Module:
     if not script.is_file():
         what = "is a directory, not a script" if script.is_dir() else "no such file"
         raise TrainerInitError(f"{script}: {what}")
-    if script.suffix != ".py":
-        raise TrainerInitError(f"{script}: not a Python script (expected a .py file)")
+    if not runs_python(str(script)):
+        raise TrainerInitError(
+            f"{script}: not a Python program (a .py file, or a console command whose first line runs python)"
+        )
     try:
         source = script.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -203,8 +214,91 @@ def _relocate(token: str, here: Path, folder: Path) -> tuple[str, Path | None]:
         return token, None
     if os.path.isabs(value):
         return token, path
-    rel = os.path.relpath(path.resolve(), folder.resolve())
+    # Links kept as the user wrote them (abspath, not resolve): a path through a link stays one.
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(folder))
     return prefix + rel, path
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _config_file(path: Path) -> dict[str, Any] | None:
+    """A training config among the args (LLaMA-Factory's YAML, a JSON of TrainingArguments): a
+    mapping holding `learning_rate` or `output_dir`; None for anything else (data, a model)."""
+    if not path.is_file() or path.suffix not in CONFIG_SUFFIXES:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            loaded = json.loads(text)
+        else:
+            import yaml  # transformers' own dependency: present with the [hf] extra
+
+            loaded = yaml.safe_load(text)
+    except Exception:  # not a config we can read: treated as any other file
+        return None
+    if isinstance(loaded, dict) and ("learning_rate" in loaded or "output_dir" in loaded):
+        return loaded
+    return None
+
+
+def _read_config(found: ScriptFindings, config: dict[str, Any], path: Path) -> None:
+    lr = config.get("learning_rate")
+    if isinstance(lr, int | float | str) and _number(str(lr)) > 0:
+        found.config_lr, found.lr_from = _number(str(lr)), f"{path.name}'s learning_rate"
+    seed = config.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        found.config_seed = seed
+
+
+def module_file(module: str) -> Path | None:
+    """The file `python -m module` runs, found on this Python's path without importing anything
+    (importing a training package would load torch in a command that never needs it)."""
+    parts = module.split(".")
+    for entry in sys.path:
+        base = Path(entry or ".").joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__main__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+CONSOLE_IMPORT = re.compile(r"^from ([\w.]+) import (\w+)", re.MULTILINE)
+
+
+def resolve_program(program: str | None, module: str | None) -> tuple[Path, str, bool]:
+    """(the file to read, the module `-m` runs or '', a console command) for what the user gave."""
+    if program and module:
+        raise TrainerInitError("give --trainer PROGRAM or --trainer-module MODULE, not both")
+    if module:
+        found = module_file(module)
+        if found is None:
+            raise TrainerInitError(f"-m {module}: no such module on this Python's path")
+        return found, module, False
+    assert program is not None
+    path = Path(program)
+    if not path.exists() and os.sep not in program:
+        command = find_command(program)
+        if command is None:
+            raise TrainerInitError(f"{program}: no such file, nor a console command of that name")
+        path = Path(command)
+    if not path.is_file():
+        what = "is a directory, not a script" if path.is_dir() else "no such file"
+        raise TrainerInitError(f"{program}: {what}")
+    if path.suffix == ".py":
+        return path, "", False
+    if not runs_python(str(path)):
+        raise TrainerInitError(
+            f"{program}: not a Python program (a .py file, or a console command whose first line runs python)"
+        )
+    # A console command pip wrote: `from package.module import main`; what it runs is that module.
+    try:
+        wrapper = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise TrainerInitError(f"{program}: cannot read it: {exc.strerror or exc}") from None
+    entry = CONSOLE_IMPORT.search(wrapper)
+    target = module_file(entry.group(1)) if entry else None
+    return (target or path), "", True
 
 
 def _json_rows(path: Path) -> list[dict[str, Any]]:
@@ -242,8 +336,8 @@ def inspect_script(
 ) -> ScriptFindings:
     """Read the script and its arguments; nothing is imported or run."""
     tree = _tree(script)
-    here, folder = Path.cwd(), out.resolve().parent
-    found = ScriptFindings(script=script, args=[], env=dict(env or {}))
+    here, folder = Path.cwd(), Path(os.path.abspath(out)).parent
+    found = ScriptFindings(script=script, args=[], given=list(args), env=dict(env or {}))
     for name, value in found.env.items():
         if not ENV_NAME.fullmatch(name) or "\0" in value:
             raise TrainerInitError(f"--env {name}={value}: not a valid environment variable")
@@ -257,6 +351,10 @@ def inspect_script(
         if new != token:
             moved.append(f"{token} -> {new}")
         if path is None:
+            continue
+        config = _config_file(path)
+        if config is not None:
+            _read_config(found, config, path)
             continue
         if path.is_dir() and (path / "config.json").is_file() and found.model_dir is None:
             found.model_dir = path
@@ -276,7 +374,7 @@ def inspect_script(
         found.notes.append(
             f"paths in args rewritten relative to this file's folder (the script starts there): {', '.join(moved)}"
         )
-    if not _calls_train(tree):
+    if not _calls_train(tree) and not found.console:
         found.notes.append(
             "WARNING: no `.train(` call found in the script; the pilot captures the trainer at its first "
             "Trainer.train() and fails the load gate if the script never calls it"
@@ -304,10 +402,11 @@ def inspect_script(
     return found
 
 
-def _variant_lines(args: Sequence[str]) -> list[str]:
-    """Memory variants (what trainer.args takes in place) and, when the LR is among the args, an
-    LR board around it. The script's own batch is unknown until it runs: a variant that turns out
+def _variant_lines(found: ScriptFindings) -> list[str]:
+    """Memory variants (what trainer.args takes in place) and, when the LR is among the args (or
+    in the config file they name), an LR board around it. The script's own batch is unknown until it runs: a variant that turns out
     to be the control's configuration is measured again, harmless."""
+    args = found.args
     lines = ["", "# Memory variants, each measured by changing the captured trainer.args in place (R11)."]
     microbatch = _flag_value(args, MICROBATCH_FLAGS)
     if _number(microbatch) != 1:
@@ -333,15 +432,20 @@ def _variant_lines(args: Sequence[str]) -> list[str]:
         "# microbatches = [1, 2, 4, 8]",
     ]
     lr = _number(_flag_value(args, LR_FLAGS))
+    lr_from = "the script's --learning_rate"
+    if lr <= 0 and found.config_lr > 0:
+        lr, lr_from = found.config_lr, f"the script's {found.lr_from}"
     given = _flag_value(args, SEED_FLAGS)
     seed = int(given) if re.fullmatch(r"-?\d+", given or "") else DEFAULT_SEED
     whence = "the script's --seed" if given else "TrainingArguments' default seed (no --seed given)"
+    if not given and found.config_seed is not None:
+        seed, whence = found.config_seed, "the seed of the script's config file"
     lines.append("")
     if lr > 0:
         lines += [
             "# LR runs through args.learning_rate: each the script's own train() from the captured weights.",
             "[lr_board]",
-            f"control = {_literal(lr)}             # the script's --learning_rate",
+            f"control = {_literal(lr)}             # {lr_from}",
             f"variants = {_literal([lr / 2, lr * 2])}   # around it: illustrations, not advice",
             f"seeds = [{seed}]                  # {whence}: each run draws the real run's data order",
             "updates = 20",
@@ -359,10 +463,21 @@ def _variant_lines(args: Sequence[str]) -> list[str]:
     return lines
 
 
+def program_lines(found: ScriptFindings) -> list[str]:
+    """The program as the user launches it, written as they gave it (links kept)."""
+    if found.module:
+        return [f"trainer_module = {_literal(found.module)}   # run as `python -m {found.module}`"]
+    where = "a console command" if found.console else "the script"
+    if os.path.isabs(found.program) or os.sep not in found.program:
+        how = "found beside this Python or on PATH" if not os.path.isabs(found.program) else "as given"
+        return [f"trainer_script = {_literal(found.program)}   # {where}, {how}"]
+    return [f"trainer_script = {_literal(found.program)}   # {where}, relative to this file"]
+
+
 def render_trainer(found: ScriptFindings, *, out: Path, name: str) -> str:
     """The campaign's text: what the pilot needs beside the script, each value commented."""
-    folder = out.resolve().parent
-    script = os.path.relpath(found.script.resolve(), folder)
+    folder = Path(os.path.abspath(out)).parent
+    script = found.program
     small = found.model_dir is None or found.weight_bytes < SMALL_MODEL_BYTES
     trainers = ", ".join(found.trainers) or "a transformers Trainer"
     lines = [
@@ -374,13 +489,17 @@ def render_trainer(found: ScriptFindings, *, out: Path, name: str) -> str:
         "",
         "[campaign]",
         f"name = {_literal(name)}",
-        f"description = {_literal(f'{found.script.name} ({trainers}) piloted unchanged')}",
+        f"description = {_literal(f'{Path(script).name} ({trainers}) piloted unchanged')}",
         "",
         "[task]",
-        f"trainer_script = {_literal(script)}   # relative to this file",
-        "# What you would type after `python SCRIPT`; edit it as you would the command line.",
+        *program_lines(found),
+        "# What you would type after the program; edit it as you would the command line.",
         f"args = {_literal(found.args)}",
     ]
+    if found.given != found.args:
+        lines.append(
+            f"given_args = {_literal(found.given)}   # as you typed them: the load row says what differs"
+        )
     if found.env:
         lines.append(f"env = {_literal(found.env)}   # set before the script runs")
     else:
@@ -425,7 +544,7 @@ def render_trainer(found: ScriptFindings, *, out: Path, name: str) -> str:
         "n = 2",
         "tolerance = 0.0",
     ]
-    lines += _variant_lines(found.args)
+    lines += _variant_lines(found)
     lines += [
         "",
         "[replay]",
@@ -458,22 +577,51 @@ def render_trainer(found: ScriptFindings, *, out: Path, name: str) -> str:
 
 
 def init_trainer_campaign(
-    script: Path, args: Sequence[str], out: Path, *, env: dict[str, str] | None = None, force: bool = False
+    program: str | None,
+    args: Sequence[str],
+    out: Path,
+    *,
+    env: dict[str, str] | None = None,
+    force: bool = False,
+    module: str | None = None,
 ) -> tuple[Path, ScriptFindings]:
-    """Write the campaign; refuse to overwrite a file unless `force`."""
+    """Write the campaign, checked first by the code `run` reads it with; refuse to overwrite a
+    file unless `force`."""
     if out.exists() and not force:
         raise TrainerInitError(f"{out}: already exists (use --force to overwrite)")
+    script, module_name, console = resolve_program(program, module)
     found = inspect_script(script, args, out, env)
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", script.stem).strip("-") or "trainer"
+    found.module, found.console = module_name, console
+    if not module_name:
+        found.program = written_path(str(program), out)
+    stem = module_name.rsplit(".", 1)[-1] if module_name else Path(str(program)).stem
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "trainer"
     text = render_trainer(found, out=out, name=name)
+    tmp = out.with_name(f".{out.name}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(text, encoding="utf-8")
+        try:
+            load_spec(tmp)  # what `run` will refuse is refused here, before the file exists
+        except SpecError as exc:
+            raise TrainerInitError(str(exc).replace(str(tmp), str(out))) from None
         os.replace(tmp, out)
     except OSError as exc:
         raise TrainerInitError(f"{out}: cannot write the campaign: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return out, found
+
+
+def written_path(program: str, out: Path) -> str:
+    """The program as the campaign names it: a console command's name alone stays a name, an
+    absolute path stays absolute, a relative one becomes relative to the campaign's folder; links
+    are never followed (a path through a link stays one)."""
+    if not Path(program).exists() and os.sep not in program:
+        return program
+    if os.path.isabs(program):
+        return program
+    return os.path.relpath(os.path.abspath(program), Path(os.path.abspath(out)).parent)
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -496,13 +644,24 @@ def main(args: Any) -> int:
         return 2
     try:
         path, found = init_trainer_campaign(
-            args.trainer, args.script_args, args.out, env=parse_env(args.env), force=args.force
+            args.trainer,
+            args.script_args,
+            args.out,
+            env=parse_env(args.env),
+            force=args.force,
+            module=args.trainer_module,
         )
     except (TrainerInitError, DataError) as exc:
         print(f"pilot-tui: error: {exc}", file=sys.stderr)
         return 2
     data = f", {found.rows} rows of {found.data.name}" if found.data else ""
-    print(f"wrote {path}: {found.script.name} with {len(found.args)} args{data}")
+    what = f"-m {found.module}" if found.module else found.program
+    print(f"wrote {path}: {what} with {len(found.args)} args{data}")
+    changed = command_changes(found.given, found.args)
+    if changed:
+        print("the command piloted differs from yours (the load row says so again):")
+        for line in changed:
+            print(f"  {line}")
     for note in found.notes:
         if note.startswith("WARNING"):
             print(note)

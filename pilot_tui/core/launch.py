@@ -10,8 +10,10 @@ of imports a process; unset, as for every user, the command is plain `python -m`
 
 from __future__ import annotations
 
+import difflib
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Sequence
 
@@ -34,3 +36,41 @@ def torchrun_script(module: str) -> list[str]:
     `--no-python` and the launcher's command (torchrun then starts it as it is)."""
     prefix = launcher()
     return ["--no-python", *prefix, module] if prefix else ["-m", module]
+
+
+# ---------------------------------------------------------------------- the user's own programs
+
+
+def find_command(name: str) -> str | None:
+    """Where a console command named alone (`llamafactory-cli`) is: beside this Python first (the
+    environment pip installed it into, whether or not it is activated), then on PATH."""
+    here = os.path.dirname(sys.executable)
+    return shutil.which(name, path=os.pathsep.join([here, os.environ.get("PATH", "")]))
+
+
+def runs_python(path: str) -> bool:
+    """A file that runs as a Python program: a `.py` file, or a script whose first line is a
+    shebang naming python (what pip writes for a package's console command)."""
+    if path.endswith(".py"):
+        return True
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def command_changes(given: Sequence[str], args: Sequence[str]) -> list[str]:
+    """Every way the command piloted differs from the one the user gave, one line each."""
+    out: list[str] = []
+    matcher = difflib.SequenceMatcher(a=list(given), b=list(args), autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        old, new = shlex.join(given[i1:i2]), shlex.join(args[j1:j2])
+        if op == "insert":
+            out.append(f"added {new}")
+        elif op == "delete":
+            out.append(f"removed {old}")
+        elif op == "replace":
+            out.append(f"{old} -> {new}")
+    return out

@@ -26,9 +26,11 @@ from . import dimensions, phase_table
 from .dimensions import OPTIMIZERS as OPTIMIZERS
 from .dimensions import PRECISIONS as PRECISIONS
 from .dimensions import STRATEGIES as STRATEGIES
+from .launch import find_command, runs_python
 from .phase_table import lr_run_name
 
 HOLDS = ("updates", "epochs")
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "linear", "cosine")
 GROUP_KINDS = ("id", "time")
@@ -69,9 +71,25 @@ class TaskSpec:
     requires: list[str] = field(default_factory=list)
     # A Hugging Face Trainer / TRL script piloted unchanged (docs/trainer.md): the script, what
     # would follow `python train.py` on the command line, and environment variables it reads.
+    # The program as the user launches it: a `.py` script, a console command (its path, or its
+    # name alone), or a module (`python -m trainer_module`).
     trainer_script: str = ""
+    trainer_module: str = ""
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    # The arguments as the user typed them to `init`, where the piloted `args` differ (an added
+    # `--do_train`, a path rewritten relative to the campaign): the load row says how.
+    given_args: list[str] = field(default_factory=list)
+
+    @property
+    def captures_trainer(self) -> bool:
+        """A campaign that pilots the user's own training program (docs/trainer.md)."""
+        return bool(self.trainer_script or self.trainer_module)
+
+    @property
+    def program(self) -> str:
+        """The program in the user's words: `train.py`, `llamafactory-cli`, `-m trl.scripts.sft`."""
+        return f"-m {self.trainer_module}" if self.trainer_module else self.trainer_script
 
 
 @dataclass(frozen=True)
@@ -364,6 +382,20 @@ class LoadedSpec:
         """A path written in the spec is relative to the spec file."""
         return (self.path.parent / relative).resolve()
 
+    def program_path(self) -> Path | None:
+        """The file `task.trainer_script` names: relative to the spec file, or a console command's
+        name alone found beside this Python or on PATH (links kept: the path as written)."""
+        script = self.spec.task.trainer_script
+        if not script:
+            return None
+        beside = self.path.parent / script
+        if beside.is_file():
+            return Path(os.path.abspath(beside))
+        if "/" not in script and os.sep not in script:
+            found = find_command(script)
+            return Path(found) if found else None
+        return None
+
     def where(self, key: str) -> str:
         """`FILE: line N: KEY` for a message about a dotted key (the line when it can be found)."""
         line = _line_of(self.text, key)
@@ -513,13 +545,18 @@ def _check(spec: CampaignSpec) -> None:
         "campaign.name",
         f"{len(spec.campaign.name)} characters; at most {MAX_NAME} (it names the record file)",
     )
-    sources = [x for x in (t.builtin, t.file, t.trainer_script) if x]
-    need(len(sources) == 1, "task", "set exactly one of task.builtin or task.file (or task.trainer_script)")
-    if t.trainer_script:
+    sources = [x for x in (t.builtin, t.file, t.trainer_script, t.trainer_module) if x]
+    need(
+        len(sources) == 1,
+        "task",
+        "set exactly one of task.builtin or task.file (or task.trainer_script, task.trainer_module)",
+    )
+    if t.captures_trainer:
         _check_trainer(spec)
     else:
         need(not t.args, "task.args", "only a task.trainer_script takes command-line arguments")
         need(not t.env, "task.env", "only a task.trainer_script takes environment variables")
+        need(not t.given_args, "task.given_args", "only a task.trainer_script has arguments as given")
     need(t.group_kind in GROUP_KINDS, "task.group_kind", f"must be one of {', '.join(GROUP_KINDS)}")
     need(len(set(t.class_names)) == len(t.class_names), "task.class_names", "a name is used twice")
     need(all(r.strip() for r in t.requires), "task.requires", "a module name is empty")
@@ -590,7 +627,7 @@ def _check(spec: CampaignSpec) -> None:
         for name, value in v.values.items():
             why = dimensions.problem(dimensions.by_name(name), value)
             need(why is None, f"{key}.{name}", why or "")
-        if t.trainer_script:
+        if t.captures_trainer:
             # The control's batch is the trainer's own, known once the script is captured.
             need(bool(v.values) or v.fresh_capture, key, f"variant {v.id!r} changes nothing from the control")
             _check_fresh_capture(v, t, key)
@@ -737,8 +774,10 @@ def _check_trainer(spec: CampaignSpec) -> None:
         default = getattr(TaskSpec(), key)
         if getattr(t, key) != default:
             raise _KeyError(f"task.{key}", "not used with task.trainer_script (the script builds everything)")
-    if not t.trainer_script.endswith(".py"):
-        raise _KeyError("task.trainer_script", f"must name a Python file, got {t.trainer_script!r}")
+    if t.trainer_module and not MODULE_NAME.fullmatch(t.trainer_module):
+        raise _KeyError(
+            "task.trainer_module", f"a module name as `python -m` takes it, got {t.trainer_module!r}"
+        )
     _check_env(t.env, "task.env")
 
 
@@ -746,7 +785,7 @@ def _trainer_raw(raw: dict[str, Any]) -> dict[str, Any]:
     """A trainer campaign's raw tables before typing: sections the trainer owns are refused and
     `[batch]` gets placeholders the runner replaces with the trainer's own figures."""
     task = raw.get("task")
-    if not isinstance(task, dict) or not task.get("trainer_script"):
+    if not isinstance(task, dict) or not (task.get("trainer_script") or task.get("trainer_module")):
         return raw
     for section, why in TRAINER_OWNS.items():
         if section in raw:
@@ -981,8 +1020,15 @@ def load_spec(path: str | Path) -> LoadedSpec:
         where = f"line {line}: " if line else ""
         raise SpecError(f"{p}: {where}task.file: no such file {loaded.spec.task.file!r}")
     script = loaded.spec.task.trainer_script
-    if script and not loaded.resolve(script).is_file():
+    if script:
         line = _line_of(text, "task.trainer_script")
-        where = f"line {line}: " if line else ""
-        raise SpecError(f"{p}: {where}task.trainer_script: no such file {script!r}")
+        where = f"{p}: {f'line {line}: ' if line else ''}task.trainer_script"
+        found = loaded.program_path()
+        if found is None:
+            raise SpecError(f"{where}: no such file {script!r} (nor a console command of that name)")
+        if not runs_python(str(found)):
+            raise SpecError(
+                f"{where}: {script!r} is not a Python program (a .py file, or a console command whose "
+                "first line runs python)"
+            )
     return loaded

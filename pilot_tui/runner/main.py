@@ -180,7 +180,7 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
         loaded = load_spec(cmd.spec_path)
         # Hashed before the import: fresh worker processes refuse a task file edited since.
         task_sha = task_file_sha256(loaded)
-        if loaded.spec.task.trainer_script:
+        if loaded.spec.task.captures_trainer:
             ctx = _open_trainer(loaded, emit, cmd, cancel)
             return _ready(ctx, ctx.task, emit)
         task = load_task(loaded)

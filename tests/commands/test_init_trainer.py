@@ -153,7 +153,7 @@ def test_flags_already_given_are_not_added_twice_and_a_chat_script_keeps_the_pro
         ("missing", "no such file"),
         ("syntax", "line 2"),
         ("directory", "is a directory"),
-        ("not_python", "not a Python script"),
+        ("not_python", "not a Python program"),
         ("bad_env", "not a valid environment variable"),
         ("env_without_value", "expected NAME=VALUE"),
         ("with_model", "not --model/--data"),
@@ -195,7 +195,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, monkeypatch,
         assert not (tmp_path / "campaign.toml").exists()
     # The correct twin of every case writes the campaign.
     assert _init(tmp_path, monkeypatch, "--trainer", str(good), "--force", "--", "--model", "m") == 0
-    assert load_spec(tmp_path / "campaign.toml").spec.task.trainer_script == "train.py"
+    # Named as the user gave it: an absolute path stays absolute.
+    assert load_spec(tmp_path / "campaign.toml").spec.task.trainer_script == str(good)
 
 
 def test_a_script_that_never_calls_train_is_written_with_a_warning(tmp_path, monkeypatch, capsys):

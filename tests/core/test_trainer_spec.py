@@ -121,8 +121,16 @@ CASES = {
     ),
     "args type": (GOOD.replace('"--do_train"', "3"), "line 6: task.args[2]: expected a string, got number 3"),
     "not python": (
-        GOOD.replace("train.py", "train.sh"),
-        "line 5: task.trainer_script: must name a Python file",
+        GOOD.replace("train.py", "campaign.toml"),
+        "line 5: task.trainer_script: 'campaign.toml' is not a Python program",
+    ),
+    "module name": (
+        GOOD.replace('trainer_script = "train.py"', 'trainer_module = "trl/scripts/sft.py"'),
+        "task.trainer_module: a module name as `python -m` takes it",
+    ),
+    "script and module": (
+        GOOD.replace('trainer_script = "train.py"', 'trainer_script = "train.py"\ntrainer_module = "a.b"'),
+        "task: set exactly one of",
     ),
     "with file": (GOOD + 'file = "task.py"\n', "line 4: task: set exactly one of task.builtin or task.file"),
     "distributed fsdp": (
@@ -185,3 +193,16 @@ def test_the_plan_reads_a_trainer_campaigns_batch_from_the_record(tmp_path):
     )
     hostile = {"microbatch": True, "accumulation": "2", "hold": "days", "updates": -3, "epochs": 0.5}
     assert spec_of(record | {"accounting": hostile}).batch == spec_of(record).batch
+
+
+def test_a_console_command_or_a_module_is_a_program_as_the_user_launches_it(tmp_path):
+    """Twins of the mistakes above: a file pip wrote for a console command (no .py, a python
+    shebang), named by its path; a module `python -m` runs."""
+    command = tmp_path / "bin" / "tinytrain"
+    command.parent.mkdir()
+    command.write_text("#!/usr/bin/env python3\nfrom tinytrain.cli import main\n")
+    spec = load_spec(_write(tmp_path, GOOD.replace("train.py", "bin/tinytrain"))).spec
+    assert spec.task.program == "bin/tinytrain" and spec.task.captures_trainer
+    module = GOOD.replace('trainer_script = "train.py"', 'trainer_module = "trl.scripts.sft"')
+    spec = load_spec(_write(tmp_path, module)).spec
+    assert spec.task.program == "-m trl.scripts.sft" and spec.task.captures_trainer

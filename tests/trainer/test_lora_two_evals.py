@@ -87,3 +87,41 @@ def test_an_eval_set_drawn_from_the_whole_data_fails_split(tiny, tmp_path):
     assert 0 < by_set["eval_rev"] < len(adapter.evals()["eval_rev"])
     assert by_set["eval_other"] == 0
     assert "eval_rev:" in outcome.reason and "memorisation" in outcome.reason
+
+
+ONLY_OVERFIT = [
+    "estimate",
+    "inspect",
+    "split",
+    "load",
+    "first_step",
+    "steady",
+    "eval_longest",
+    "save",
+    "export",
+    "resume",
+    "final",
+]
+
+
+@pytest.mark.parametrize(("lr", "verdict"), [(0.01, "warn"), (1e-9, "fail")])
+def test_overfit_over_a_frozen_base_names_it_and_says_not_learnt_only_when_nothing_moved(
+    tiny, tmp_path, lr, verdict
+):
+    """LoRA over a frozen base and head: the adapters lower the loss of the tiny subset, not to
+    the absolute target in 80 steps — a warning naming the frozen parts, never "not learnt"; a
+    learning rate at which the adapters cannot move it is the twin that fails."""
+    from .conftest import run_in_process
+
+    run = run_in_process(
+        tmp_path,
+        "lora_two_evals.py",
+        _args(tiny),
+        phases={"skip": ONLY_OVERFIT},
+        overfit={"examples": 4, "max_steps": 80, "lr": lr},
+    )
+    row = run.row("overfit")
+    assert row["verdict"] == verdict, run.out
+    frozen = row["details"]["frozen"]
+    assert frozen["frozen_share"] > 0.9 and "lm_head" in frozen["modules"]
+    assert "frozen" in row["reason"] and ("not learnt" in row["reason"]) == (verdict == "fail")

@@ -72,7 +72,7 @@ def trainer_batch_of(spec: CampaignSpec, accounting: Any) -> CampaignSpec:
     """A trainer campaign's file declares no batch: the trainer's own (its per-device batch,
     accumulation, run length), which the runner read from its args, is the record's
     `accounting`. The plan must count the script's run, not the file's placeholders."""
-    if not spec.task.trainer_script or not isinstance(accounting, Mapping):
+    if not spec.task.captures_trainer or not isinstance(accounting, Mapping):
         return spec
     found: dict[str, Any] = {}
     for key in ("microbatch", "accumulation", "updates", "epochs"):

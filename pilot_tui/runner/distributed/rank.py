@@ -151,7 +151,7 @@ def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
 def _open(loaded, device: torch.device, forward: Forward, work_dir: Path) -> RunContext:
     """This rank's campaign: the task loaded, or the user's trainer script captured on this rank
     (its Trainer reads LOCAL_RANK / WORLD_SIZE and joins the group this rank already started)."""
-    if loaded.spec.task.trainer_script:
+    if loaded.spec.task.captures_trainer:
         # transformers loads only for a trainer campaign.
         from ..subject.trainer.campaign import open_trainer_campaign
 

@@ -69,7 +69,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         )
         return estimate_model_dir(Path(request["model"]), target, _progress, **batch)
     loaded = load_spec(request["campaign"])
-    if loaded.spec.task.trainer_script:
+    if loaded.spec.task.captures_trainer:
         # Its model exists only once the script has built it (weights loaded): not "before any load".
         raise ValueError(
             f"{loaded.path}: a trainer_script campaign is estimated by its own estimate phase "

@@ -23,7 +23,7 @@ from ...distributed import state as dist_state
 from ...distributed.launcher import resolve_world
 from ...memory.probes import _vm_hwm_bytes
 from .adapter import adapt
-from .capture import CaptureError, capture
+from .capture import CaptureError, capture, module_file
 from .captured import INITIAL
 from .estimate import trainer_optimizer
 from .loop import checkpointing, snapshot, unwrapped
@@ -36,13 +36,31 @@ USE_CPU = "ACCELERATE_USE_CPU"
 
 
 def capture_for(loaded: LoadedSpec) -> Any:
-    """The campaign's script captured as the user would run it: `python SCRIPT ARGS...` in the
-    campaign file's folder, with `task.env` set."""
+    """The campaign's program captured as the user would run it — `python SCRIPT ARGS...`, a
+    console command, `python -m MODULE ARGS...` — in the campaign file's folder, `task.env` set."""
     t = loaded.spec.task
     try:
-        return capture(loaded.resolve(t.trainer_script), t.args, cwd=loaded.path.parent, env=t.env)
+        return capture(
+            loaded.program_path(), t.args, cwd=loaded.path.parent, env=t.env, module=t.trainer_module
+        )
     except CaptureError as exc:
         raise TaskError(str(exc)) from None
+
+
+def program_file(loaded: LoadedSpec) -> Path:
+    """The file the campaign's program runs: its fresh processes refuse one edited since."""
+    module = loaded.spec.task.trainer_module
+    if module:
+        try:
+            return module_file(module)
+        except CaptureError as exc:
+            raise TaskError(str(exc)) from None
+    found = loaded.program_path()
+    if found is None:
+        raise TaskError(
+            f"{loaded.path}: task.trainer_script: no such file {loaded.spec.task.trainer_script!r}"
+        )
+    return found
 
 
 def fresh_capture_spec(loaded: LoadedSpec, variant: VariantSpec) -> LoadedSpec:
@@ -61,7 +79,7 @@ def load_checked(spec: Path, spec_sha256: str, script_sha256: str) -> LoadedSpec
     loaded = load_spec(spec)
     if loaded.sha256 != spec_sha256:
         raise ValueError(f"{spec}: the campaign file changed since the runner read it")
-    script = loaded.resolve(loaded.spec.task.trainer_script)
+    script = program_file(loaded)
     if sha256_file(script) != script_sha256:
         raise ValueError(
             f"{script}: the training script changed since the runner captured it; rerun the campaign"
@@ -181,6 +199,7 @@ def open_trainer_campaign(
     check_ranks_agree(ctx)  # a collective on every rank of a group; nothing in one process
     ctx.memo["trainer_capture"] = {
         "script": str(cap.script),
+        "program": loaded.spec.task.program,
         "script_sha256": sha256_file(cap.script),
         "argv": cap.argv,
         "seconds": cap.seconds,

@@ -11,6 +11,7 @@ is the `load` gate's time and memory.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import os
 import runpy
@@ -111,43 +112,73 @@ def _patched(built: list[Any]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _as_command_line(script: Path, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Iterator[None]:
+def _as_command_line(
+    script: Path, argv: Sequence[str], cwd: Path, env: Mapping[str, str], module: str = ""
+) -> Iterator[None]:
     saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
     # The environment stays set: the trainer reads some of it later (accelerate, tokenizers).
     os.environ.update(env)
     sys.argv = [str(script), *argv]  # HfArgumentParser also reads argv[0].with_suffix(".args")
-    sys.path.insert(0, str(script.parent))  # run_path does not add the script's folder
+    # `python script` puts the script's folder first on the path, `python -m` the working folder.
+    first = str(cwd) if module else str(script.parent)
+    sys.path.insert(0, first)
     os.chdir(cwd)
     try:
         yield
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
-        if str(script.parent) not in sys.path:
-            sys.path.append(str(script.parent))  # the captured objects may import from there later
+        if first not in sys.path:
+            sys.path.append(first)  # the captured objects may import from there later
         os.chdir(saved_cwd)
 
 
+def module_file(module: str) -> Path:
+    """The file `python -m module` runs (a package runs its __main__)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise CaptureError(f"-m {module}: no such module")
+    origin = Path(spec.origin)
+    if spec.submodule_search_locations is not None:
+        origin = origin.with_name("__main__.py")
+    return origin
+
+
 def _script_line(exc: BaseException, script: Path) -> str:
+    script = script.resolve()  # a frame's file name may go through a link the campaign kept
     if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == script:
         return f" line {exc.lineno}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == script]
     return f" line {frames[-1].lineno}" if frames else ""
 
 
-def capture(script: Path, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> Capture:
-    """Run `python script argv...` in `cwd` up to its first `Trainer.train()`."""
-    script = script.resolve()
+def capture(
+    script: Path | None,
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    module: str = "",
+) -> Capture:
+    """Run `python script argv...` (or `python -m module argv...`) in `cwd` up to its first
+    `Trainer.train()`. A console command is a script: its file runs its package's entry point."""
+    if module:
+        script = module_file(module)
+    assert script is not None
+    script = Path(os.path.abspath(script))
     built: list[Any] = []
     tail = _Tail(sys.stderr)
     t0 = time.perf_counter()
     try:
         with (
             _patched(built),
-            _as_command_line(script, argv, cwd, env or {}),
+            _as_command_line(script, argv, cwd, env or {}, module),
             contextlib.redirect_stderr(tail),
         ):
-            runpy.run_path(str(script), run_name="__main__")
+            if module:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(str(script), run_name="__main__")
     except Captured as c:
         if not isinstance(c.trainer, transformers.Trainer):
             raise CaptureError(f"{script}: train() was called on a {type(c.trainer).__name__}") from None

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ....analysis.loss_trend import loss_trend
+from ....core.launch import command_changes
 from ....core.verdict import FAIL, PASS, WARN
 from ....tasks.contract import CAUSAL_LM
 from ...checks.inspection import ModelOutput
@@ -69,9 +70,16 @@ def load(ctx: RunContext, run: PhaseRun) -> Loaded:
     } | agreement
     if cap["train_kwargs"]:
         details["train_called_with"] = {k: str(v) for k, v in cap["train_kwargs"].items()}
+    task = ctx.spec.task
+    details["program"] = task.program
+    changed = command_changes(task.given_args, task.args) if task.given_args else []
+    if changed:
+        # What `init` changed in the command the user gave: said here again, where they look.
+        details["command_changed"] = changed
     reason = (
         f"captured {type(trainer).__name__} in {cap['seconds']:.2f} s (everything before train()); "
         f"the pilot changed {len(cap['changes'])} settings"
+        + (f"; the command piloted differs from yours: {'; '.join(changed)}" if changed else "")
     )
     return Loaded(model, details, reason, round(cap["seconds"], 4), "after the script built the model:")
 

@@ -1,0 +1,1 @@
+"""A training package launched by its console command: `tinytrain train config.json`."""
