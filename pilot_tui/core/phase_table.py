@@ -34,6 +34,8 @@ class PhaseInfo:
     - `pane`: the dashboard pane that shows this phase's details beyond the Gates table.
     - `on_ranks`: under `[distributed]` (ddp/fsdp), it runs on every rank under torchrun; the
       others run in the runner's one process with the ranks folded into the accumulation.
+    - `first_step`: what to do first when it fails, where the plan says it is blocked (a row may
+      say better: its `details.first_step`, from what it measured).
     """
 
     name: str
@@ -46,6 +48,7 @@ class PhaseInfo:
     fail_fast: bool = False
     pane: str = "gates"
     on_ranks: bool = False
+    first_step: str = ""
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS or self.group == "variants":
@@ -113,7 +116,13 @@ _TABLE: list[PhaseInfo] = [
         on_ranks=True,
     ),
     PhaseInfo(
-        "save", "engine", "a full training checkpoint", "docs/engine.md", plan_blocker=True, on_ranks=True
+        "save",
+        "engine",
+        "a full training checkpoint",
+        "docs/engine.md",
+        plan_blocker=True,
+        on_ranks=True,
+        first_step="read the save row's error: the file it could not write, or the state the checkpoint lacks",
     ),
     PhaseInfo(
         "export",
@@ -122,6 +131,7 @@ _TABLE: list[PhaseInfo] = [
         "docs/engine.md",
         plan_blocker=True,
         on_ranks=True,
+        first_step="read the export row: the weights or configuration the artifact lacks, then run export and final again",
     ),
     PhaseInfo(
         "fit_search", "search", "the largest microbatch (and max length) that fits", "docs/variants.md"
@@ -140,6 +150,11 @@ _TABLE: list[PhaseInfo] = [
         "docs/resume.md",
         plan_blocker=True,
         on_ranks=True,
+        first_step=(
+            "read the resume row's first differing update and what differs (a learning rate: the schedule "
+            "was not restored; a batch: the data position; weights alone: an RNG), then run resume alone "
+            "(phases.skip) to rule out a phase before it"
+        ),
     ),
     PhaseInfo(
         "final",
@@ -148,6 +163,7 @@ _TABLE: list[PhaseInfo] = [
         "docs/resume.md",
         plan_blocker=True,
         on_ranks=True,
+        first_step="read the final row: the replayed input whose output changed after the reload, or why the reload failed",
     ),
 ]
 

@@ -266,3 +266,16 @@ def test_a_real_cpu_record_plans_its_parts_and_reads_back(tmp_path: Path) -> Non
     assert plan.package.disk is not None and plan.package.disk.status == "pass"
     assert all(t.tokens_per_s and t.mfu is None for t in plan.package.throughput)  # CPU: no MFU
     assert Plan.from_toml(tomllib.loads(tomli_w.dumps(plan.as_toml()))) == plan
+
+
+def test_a_blocked_plan_names_the_phase_its_cause_and_the_first_thing_to_do(tmp_path: Path) -> None:
+    failed = row("resume", verdict="fail", duration=30.0, details={})
+    failed["reason"] = "the resumed run differs from the uninterrupted one from step 3 (loss) after resuming at step 2"
+    plan = compute_plan(record([stack_row(), *engine_rows(), failed], spec()), record_dir=tmp_path)
+    summary = plan.package.summary
+    assert summary.startswith("BLOCKED — resume failed: the resumed run differs") and plan.package.blocked
+    assert "— first: read the resume row's first differing update" in summary
+    # A row that measured a likelier cause says so itself, in place of the table's first step.
+    failed["details"] = {"first_step": "rule out the known cause first: dataloader_num_workers = 2"}
+    plan = compute_plan(record([stack_row(), *engine_rows(), failed], spec()), record_dir=tmp_path)
+    assert "— first: rule out the known cause first: dataloader_num_workers = 2" in plan.package.summary

@@ -604,3 +604,19 @@ def test_a_dataset_too_small_for_its_splits_fails_with_the_size_of_each(tmp_path
     assert f"(train {sizes['train']}, validation 1, test {sizes['test']} examples)" in c["message"]
     good = run(context(tmp_path / "enough", "split_too_small", {"rows": 40}), "split")
     assert good["verdict"] == "pass", good["reason"]
+
+
+def test_replies_that_run_on_are_blamed_on_the_stop_ids_only_where_the_data_says_so():
+    """A cause is named only where it was measured: replies that run on while every training
+    reply ends with a stop id are a briefly trained model's, noted; replies taught to end on
+    another token are the stop ids' fault, warned."""
+    from pilot_tui.runner.loop.serving_check import generation_warnings
+
+    def found() -> dict[str, Any]:
+        return {"ran": True, "differing": [], "unstopped": ["ab"], "max_new_tokens": 12, "stop_ids": [4]}
+
+    ran_on = found()
+    assert generation_warnings(ran_on, ["ab"], (40, 40)) == []
+    assert "every one of 40 training replies ends with a stop id" in ran_on["note"]
+    (warned,) = generation_warnings(found(), ["ab"], (0, 40))
+    assert "40 of 40 training replies end with another token than the stop ids" in warned

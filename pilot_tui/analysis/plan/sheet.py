@@ -174,7 +174,10 @@ def blockers(rows: Rows) -> tuple[list[str], list[str]]:
         if row is None:
             missing.append(phase)
         elif not row.ok:
-            failed.append(f"{phase} failed: {row.reason}")
+            # The cause the row measured, then the first thing to do: the row's own where it knows
+            # better (a trainer's known cause), else the phase table's.
+            first = str(row.details.get("first_step") or "") or phase_table.info(phase).first_step
+            failed.append(f"{phase} failed: {row.reason}" + (f" — first: {first}" if first else ""))
     return failed, missing
 
 

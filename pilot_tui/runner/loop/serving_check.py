@@ -66,7 +66,28 @@ def generation(
     }
 
 
-def generation_warnings(found: dict[str, Any], inputs: list[str]) -> list[str]:
+def reply_ends(task: Task, indices: list[int], max_length: int, limit: int = 512) -> tuple[int, int]:
+    """(training replies whose last supervised token is a stop id, replies): what the data teaches
+    a reply to end with, measured on up to `limit` training examples as the loss sees them."""
+    stops = {int(s) for s in task.stop_ids}
+    ending = replies = 0
+    chosen = list(indices)[:limit]
+    for start in range(0, len(chosen), 64):
+        batch = task.collate([task.examples[i] for i in chosen[start : start + 64]], max_length)
+        labels = batch["labels"][:, 1:]  # the loss's targets: position t predicts t + 1
+        for row in labels:
+            scored = (row != task.ignore_index).nonzero().flatten()
+            if scored.numel():
+                replies += 1
+                ending += int(int(row[scored[-1]]) in stops)
+    return ending, replies
+
+
+def generation_warnings(
+    found: dict[str, Any], inputs: list[str], ends: tuple[int, int] | None = None
+) -> list[str]:
+    """What the served generation showed, each cause stated only where it was measured: `ends`
+    is `reply_ends` (what the training replies end with)."""
     out = []
     if not found.get("ran"):
         return out
@@ -79,12 +100,26 @@ def generation_warnings(found: dict[str, Any], inputs: list[str]) -> list[str]:
             "its positions or its mask from the attention mask, so served batches answer differently"
         )
     if found["unstopped"]:
-        out.append(
+        said = (
             f"{len(found['unstopped'])} of {len(inputs)} replies did not stop within max_new_tokens "
             f"{found['max_new_tokens']} at an end token (stop_ids {found['stop_ids']}), e.g. "
-            f"{found['unstopped'][0]!r}: the task's stop ids are not what the model ends a reply with, or "
-            "the model has not learnt to stop yet"
+            f"{found['unstopped'][0]!r}"
         )
+        ending, replies = ends if ends is not None else (0, 0)
+        if replies and ending == replies:
+            # Every training reply ends with a stop id: the pilot's briefly trained model has not
+            # learnt it yet. No fault of the stop ids is measured: said in the row, not warned.
+            found["note"] = (
+                f"{said}: every one of {replies} training replies ends with a stop id, so the ids are "
+                "the data's; a model trained for a pilot's few updates need not have learnt to stop"
+            )
+        elif replies:
+            out.append(
+                f"{said}: {replies - ending} of {replies} training replies end with another token than the "
+                "stop ids, so the model is taught to end on something generation does not stop at"
+            )
+        else:
+            out.append(f"{said}: the training data was not read for what its replies end with")
     return out
 
 

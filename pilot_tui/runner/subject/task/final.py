@@ -16,7 +16,7 @@ from ....core.verdict import WARN
 from ...context import Outcome, PhaseFailure, PhaseRun, RunContext
 from ...loop.replay import ReplayOutput
 from ...loop.replay_store import load_replays
-from ...loop.serving_check import generation_warnings
+from ...loop.serving_check import generation_warnings, reply_ends
 from ...memory.probes import release_cache
 from ...processes.fresh_process import (
     EXIT_REFUSED,
@@ -170,7 +170,14 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
             details,
         )
     errors = [c for c in replays if c["error"]]
-    served = generation_warnings(details["serving"], list(ctx.spec.replay.inputs))
+    # Replies that ran on: what the training data teaches a reply to end with, measured, so the
+    # row names a cause only where it found one.
+    ends = (
+        reply_ends(ctx.task, list(ctx.splits["train"]), ctx.max_length)
+        if details["serving"].get("unstopped") and ctx.task.stop_ids
+        else None
+    )
+    served = generation_warnings(details["serving"], list(ctx.spec.replay.inputs), ends)
     if served and replays and not errors:
         return Outcome(WARN, "; ".join(served), details)
     if not replays:

@@ -165,6 +165,8 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     if first_diff is not None:
         step, keys = first_diff
         named = f"; known causes in this setup: {'; '.join(causes)}" if causes else ""
+        if causes:
+            details["first_step"] = f"rule out the known cause first: {causes[0]}"
         raise PhaseFailure(
             f"the resumed run differs from the uninterrupted one from step {step} ({', '.join(keys)}) "
             f"after resuming at step {k}{named}",
