@@ -109,6 +109,9 @@ def ran(tmp_path_factory) -> Iterator[tuple[Session, dict[str, dict[str, Any]]]]
     # A collate made slow on purpose (a test hook): the DataLoader's wait is measured and warned.
     # The step after the hang: it runs on the fresh group the hang left, and warns, never fails.
     run("steady", {"collate_delay_s": 0.05}, name="slow-collate")
+    # The group that runs now started after the faults: its ranks never ran the export. The final
+    # reload still finds it (the runner sends the ranks the rows they have not seen).
+    run("final", name="final-after-restart")
     yield session, rows
     session.close()
 
@@ -380,3 +383,12 @@ def test_a_split_drawn_per_process_fails_first_step_naming_the_rank(tmp_path, se
         assert "rank 1 sees another train / validation / test split than rank 0" in row["reason"], row[
             "reason"
         ]
+
+
+def test_final_on_a_group_started_after_a_failure_finds_the_export(ran):
+    _, rows = ran
+    row = rows["final-after-restart"]
+    assert row["verdict"] in ("pass", "warn"), row["reason"]
+    assert "no exported artifact" not in row["reason"]
+    # The newest export the campaign recorded (the fsdp variant's, exported after the control's).
+    assert row["details"]["artifact"]["sha256"] == rows["export@fsdp"]["details"]["artifact"]["sha256"]

@@ -148,6 +148,9 @@ class RankGroup:
     prefix: str = ""
     # How long the ranks get to start: a captured trainer's script runs on every rank first.
     start_grace_s: float = START_GRACE_S
+    # How many of the runner's rows this group's ranks have been sent (a group started after a
+    # failure has seen none): later phases read earlier rows (final: the export's artifact).
+    rows_sent: int = 0
 
     def who(self, rank: int) -> str:
         """'rank r', or 'node n (host) rank r' when the group spans several nodes."""

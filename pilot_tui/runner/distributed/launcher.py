@@ -153,8 +153,12 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
         "overrides": overrides,
     }
     carried: list[str] = []
+    group: RankGroup | None = None
     try:
         group = group_for(ctx)
+        # The rows this group's ranks have not seen: every rank reads the campaign's rows as the
+        # runner holds them, whichever group ran the phase that wrote them.
+        command["rows"] = ctx.rows[group.rows_sent :]
         results = group.run(command, on_progress=lambda raw: ctx.emit(decode(raw)), check=ctx.check_cancel)
         carried = list(results[0].get("carried", []))
         row = merge_rows(step, results, params, started)
@@ -177,6 +181,8 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
     for raw in carried:
         ctx.emit(decode(raw))
     ctx.rows.append(row)
+    if group is not None and ctx.memo.get(GROUP) is group:
+        group.rows_sent = len(ctx.rows) - 1  # the merged row goes with the next command
     ctx.emit(PhaseFinished(step=step.key, row=row))
     return row
 

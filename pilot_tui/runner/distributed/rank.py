@@ -132,6 +132,7 @@ def _rank0_only(_ctx, _run):
 def _run_step(ctx, cmd: dict[str, Any]) -> dict[str, Any]:
 
     step = Step(key=cmd["step"], phase=cmd["phase"], variant=cmd["variant"])
+    ctx.rows.extend(cmd.get("rows", []))  # the runner's rows this rank has not seen yet
     overrides = {k: v for k, v in cmd.get("overrides", {}).items() if k != "fault"}
     body = PHASES.get(step.phase)
     rank = dist.get_rank()
