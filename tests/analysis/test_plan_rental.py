@@ -270,7 +270,9 @@ def test_a_real_cpu_record_plans_its_parts_and_reads_back(tmp_path: Path) -> Non
 
 def test_a_blocked_plan_names_the_phase_its_cause_and_the_first_thing_to_do(tmp_path: Path) -> None:
     failed = row("resume", verdict="fail", duration=30.0, details={})
-    failed["reason"] = "the resumed run differs from the uninterrupted one from step 3 (loss) after resuming at step 2"
+    failed["reason"] = (
+        "the resumed run differs from the uninterrupted one from step 3 (loss) after resuming at step 2"
+    )
     plan = compute_plan(record([stack_row(), *engine_rows(), failed], spec()), record_dir=tmp_path)
     summary = plan.package.summary
     assert summary.startswith("BLOCKED — resume failed: the resumed run differs") and plan.package.blocked

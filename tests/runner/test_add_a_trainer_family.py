@@ -38,6 +38,9 @@ class OwnLoop(Training):
     def model(self, ctx: RunContext, variant: str) -> torch.nn.Module | None:
         return self.net
 
+    def optimizer(self, ctx: RunContext, variant: str) -> Any:
+        return self.opt
+
     def inspection(self, ctx: RunContext, run: PhaseRun, show: int) -> InspectionInput:
         return InspectionInput(self.task, ctx.max_length, [], 2, ctx.splits, ModelOutput(None, "not probed"))
 

@@ -112,6 +112,11 @@ class Training(ABC):
         """The weights as the run starts from them."""
 
     @abstractmethod
+    def optimizer(self, ctx: RunContext, variant: str) -> Any:
+        """The optimizer stepping the variant's model, as the last update left it (None before
+        its first update): its state and parameter groups, for checks on the update."""
+
+    @abstractmethod
     def overfit(self, ctx: RunContext, run: PhaseRun) -> Outcome:
         """A tiny subset learnt through this training's own update, the training left as found."""
 

@@ -44,6 +44,10 @@ class TaskTraining(Training):
         state = ctx.states.get(variant)
         return state.model if state is not None else None
 
+    def optimizer(self, ctx: RunContext, variant: str) -> Any:
+        state = ctx.states.get(variant)
+        return state.optimizer if state is not None else None
+
     def overfit(self, ctx: RunContext, run: PhaseRun) -> Outcome:
         return tiny_subset.overfit(ctx, run)
 

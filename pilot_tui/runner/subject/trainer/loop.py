@@ -78,6 +78,19 @@ def as_cured(trainer: Any) -> Iterator[bool]:
         trainer.model_accepts_loss_kwargs = True
 
 
+def compute_precision(trainer: Any) -> str:
+    """bf16 / fp16 when the trainer's trainable weights are half precision or it computes under
+    half-precision autocast, else fp32: what the accumulation check's tolerance follows."""
+    args = trainer.args
+    dtypes = {p.dtype for p in unwrapped(trainer).parameters() if p.requires_grad}
+    mixed = str(getattr(args, "mixed_precision", "no") or "no")  # accelerate's environment's
+    if torch.bfloat16 in dtypes or args.bf16 or mixed == "bf16":
+        return "bf16"
+    if torch.float16 in dtypes or args.fp16 or mixed == "fp16":
+        return "fp16"
+    return "fp32"
+
+
 def unwrapped(trainer: Any) -> torch.nn.Module:
     return (
         trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model

@@ -54,6 +54,9 @@ class TrainerTraining(Training):
     def model(self, ctx: RunContext, variant: str) -> torch.nn.Module | None:
         return loop.unwrapped(self.adapter.trainer)  # a variant runs on the same trainer
 
+    def optimizer(self, ctx: RunContext, variant: str) -> Any:
+        return self.adapter.trainer.optimizer  # the trainer's own (None until its first train())
+
     def overfit(self, ctx: RunContext, run: PhaseRun) -> Outcome:
         return data_gates.overfit(ctx, run)
 
