@@ -1,8 +1,9 @@
 """The new process of a trainer campaign's `final`: `python -m pilot_tui.runner.workers.trainer_reload`.
 
 It loads the exported folder with `from_pretrained` (nothing inherited from the runner but the
-command line: no trainer, no in-memory weights) and writes its logits on the runner's row and its
-greedy replies to the replayed inputs (`result.json` + safetensors, through fresh_process.py).
+command line: no trainer, no in-memory weights) and writes its logits on the runner's row, its
+greedy replies to the replayed inputs and what a server finds in the folder alone (tokenizer,
+generation config, cache, weights) — `result.json` + safetensors, through fresh_process.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from ..processes.fresh_process import run_fresh_process, write_result
 from ..processes.lifetime import die_with_parent
 from ..safe_load import load_tensors
-from ..subject.trainer.replay import reload_export, view
+from ..subject.trainer.replay import reload_export, served_alone, view
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,7 +40,10 @@ def reload(args: argparse.Namespace) -> None:
     batch = load_tensors(request["batch"]["path"], request["batch"])
     model = reload_export(args.export, args.adapter_only, args.model_class)
     logits, replies = view(model, batch, request["prompts"], set(request["stops"]))
-    write_result(args.out, {"replies": replies, "model": type(model).__name__}, {"logits": logits})
+    served = served_alone(args.export, model, args.adapter_only, request["stops"])
+    write_result(
+        args.out, {"replies": replies, "model": type(model).__name__, "served": served}, {"logits": logits}
+    )
 
 
 def main() -> int:

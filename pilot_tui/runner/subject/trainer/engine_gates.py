@@ -341,7 +341,60 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure(
             f"the export reloaded in a new process is not the model that was exported: {what}", details
         )
+    served = result.get("served", {})
+    details["served_alone"] = served
+    fails, warns = serving_problems(served, adapter_of(ctx), exported["adapter_only"])
+    if fails:
+        raise PhaseFailure("the export cannot be served alone: " + "; ".join(fails), details)
     replies = f", {len(result['replies'])} replayed replies identical" if result["replies"] else ""
+    if warns:
+        return Outcome(WARN, "; ".join(warns), details)
     return Outcome(
         PASS, f"reloaded with from_pretrained in a new process: logits identical{replies}", details
     )
+
+
+def serving_problems(served: dict[str, Any], adapter: Any, adapter_only: bool) -> tuple[list[str], list[str]]:
+    """(what stops the exported folder from being served alone, what serves it wrong), each with
+    the line of the script that would mend it."""
+    fails, warns = [], []
+    if "tokenizer_error" in served:  # every kind the pilot reads is text: a server tokenises it
+        fails.append(
+            f"the folder holds no tokenizer a server can load ({served['tokenizer_error']}): pass "
+            "processing_class=tokenizer to the Trainer (save_model then saves it), or call "
+            "tokenizer.save_pretrained(output_dir) after it"
+        )
+    trained_template = bool(getattr(adapter.tokenizer, "chat_template", None))
+    if trained_template and served.get("tokenizer") and not served.get("chat_template"):
+        fails.append(
+            "the tokenizer in the folder has no chat template, though training rendered chats with one: "
+            "set tokenizer.chat_template before saving it"
+        )
+    if "generation_config_error" in served:
+        fails.append(
+            f"generation_config.json fails transformers' strict validation ({served['generation_config_error']}): "
+            "the first save_pretrained of a long run raises on it — fix model.generation_config in the script"
+        )
+    if served.get("empty_tensors"):
+        fails.append(
+            f"empty weights in the folder ({', '.join(served['empty_tensors'][:3])}): a sharded final save "
+            "wrote placeholders (gather the full state dict before save_model)"
+        )
+    if adapter.kind.task_kind != CAUSAL_LM:
+        return fails, warns  # a classifier generates nothing: its stops and cache do not serve it
+    stops = served.get("generation_eos") or served.get("config_eos") or []
+    missing = [e for e in served.get("ends", []) if e not in stops]
+    if stops and missing and not adapter_only:
+        names = ", ".join(repr(adapter.decode(e)) for e in missing)
+        warns.append(
+            f"the served model stops at eos {stops} but training ends turns with {names}: generation runs "
+            "past the end of its turn — add them to model.generation_config.eos_token_id before saving"
+        )
+    if served.get("generation_use_cache") is False:
+        # generate() reads the generation config's use_cache; the model config's (which the
+        # Trainer sets from TrainingArguments.use_cache, False by default) it does not.
+        warns.append(
+            "generation_config.use_cache = false is saved with the export: generate() recomputes every "
+            "token — set model.generation_config.use_cache = True before save_model"
+        )
+    return fails, warns

@@ -162,6 +162,9 @@ def batch_settings(
     args = trainer.args
     saved = (args.per_device_train_batch_size, trainer._train_batch_size, args.gradient_accumulation_steps)
     saved_ckpt = checkpointing(args)
+    # Turning checkpointing on sets config.use_cache = False; the script's model keeps its own.
+    config = getattr(unwrapped(trainer), "config", None)
+    saved_cache = getattr(config, "use_cache", None)
     args.per_device_train_batch_size = microbatch
     trainer._train_batch_size = args.train_batch_size  # what get_train_dataloader() batches by
     args.gradient_accumulation_steps = accumulation
@@ -171,6 +174,8 @@ def batch_settings(
     finally:
         args.per_device_train_batch_size, trainer._train_batch_size, args.gradient_accumulation_steps = saved
         _set_checkpointing(trainer, saved_ckpt)
+        if config is not None and saved_cache is not None:
+            config.use_cache = saved_cache
 
 
 def rng_untouched() -> contextlib.AbstractContextManager[Any]:

@@ -77,3 +77,35 @@ def reload_export(path: Path, adapter_only: bool, model_class: str = "") -> torc
         return AutoPeftModelForCausalLM.from_pretrained(str(path))
     cls = getattr(transformers, model_class, None) or transformers.AutoModelForCausalLM
     return cls.from_pretrained(str(path), use_safetensors=True)  # never a pickle fallback
+
+
+def served_alone(path: Path, model: torch.nn.Module, adapter_only: bool, ends: list[int]) -> dict[str, Any]:
+    """What a server finds in the exported folder alone: a tokenizer (and its chat template),
+    a generation config valid under strict validation that stops at the end-of-turn ids, a model
+    config that keeps its cache, and weights that are not empty (a sharded save's placeholders)."""
+    found: dict[str, Any] = {}
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(str(path))
+        found["tokenizer"] = type(tok).__name__
+        found["chat_template"] = bool(getattr(tok, "chat_template", None))
+    except Exception as exc:  # none there, or one that does not load: the same for a server
+        found["tokenizer_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    if (path / "generation_config.json").is_file():
+        try:
+            gen = transformers.GenerationConfig.from_pretrained(str(path))
+            gen.validate(strict=True)
+            found["generation_use_cache"] = gen.use_cache  # what generate() reads (transformers 5)
+            eos = gen.eos_token_id
+            found["generation_eos"] = [
+                int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None
+            ]
+        except Exception as exc:
+            found["generation_config_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    config = getattr(model, "config", None)
+    if config is not None and not adapter_only:
+        found["use_cache"] = getattr(config, "use_cache", None)
+        eos = getattr(config, "eos_token_id", None)
+        found["config_eos"] = [int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
+    found["ends"] = list(ends)
+    found["empty_tensors"] = [n for n, p in model.named_parameters() if p.numel() == 0][:10]
+    return found
