@@ -71,3 +71,24 @@ def test_a_check_defined_here_reaches_the_pilots_loop_and_a_captured_trainer(
         assert found["verdict"] == "pass" and model in found["message"], run.out
         assert row["verdict"] == "pass"
     assert float_weights == ["TinyGPT", "LlamaForCausalLM"]
+
+
+def test_a_check_that_breaks_warns_and_the_body_keeps_its_row(write_campaign, tmp_path) -> None:
+    from pilot_tui.core.spec import load_spec
+    from pilot_tui.core.steps import Step
+    from pilot_tui.runner.context import RunContext, pick_device
+    from pilot_tui.runner.phases import execute
+    from pilot_tui.tasks.loader import load_task
+
+    @check("first_step")
+    def broken(ctx, run, outcome) -> Check | None:
+        raise ValueError("a bug in the check")
+
+    try:
+        loaded = load_spec(write_campaign(drop=("variants", "lr_board")))
+        ctx = RunContext(loaded, load_task(loaded), pick_device("cpu"), lambda _m: None, tmp_path)
+        row = execute(ctx, Step.of("first_step"), {})
+    finally:
+        CHECKS["first_step"].remove(broken)
+    assert row["verdict"] == "warn" and "the check broken could not run: ValueError: a bug" in row["reason"]
+    assert row["details"]["optimizer_state_mb"] > 0  # what the body measured is kept

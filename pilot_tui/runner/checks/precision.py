@@ -60,8 +60,9 @@ def rounded_away(optimizer: Any) -> RoundedAway:
     lr_seen = 0.0
     for group in opt.param_groups:
         lr = float(group.get("initial_lr", group.get("lr", 0.0)))
-        beta1, beta2 = group.get("betas", (0.9, 0.999))
-        eps, decay = float(group.get("eps", 1e-8)), float(group.get("weight_decay", 0.0))
+        betas, eps = group.get("betas"), group.get("eps", 1e-8)
+        # Adam's step only: another optimizer's (Adafactor's pair of eps, SGD's none) is not read.
+        adam = isinstance(betas, tuple | list) and len(betas) == 2 and isinstance(eps, int | float)
         for p in group["params"]:
             if not p.requires_grad:
                 continue
@@ -71,9 +72,10 @@ def rounded_away(optimizer: Any) -> RoundedAway:
                 continue
             state = opt.state.get(p, {})
             states.update(str(v.dtype).removeprefix("torch.") for v in state.values() if torch.is_tensor(v))
-            if "exp_avg" not in state or "exp_avg_sq" not in state:
+            if not adam or "exp_avg" not in state or "exp_avg_sq" not in state:
                 unchecked += p.numel()
                 continue
+            (beta1, beta2), decay = betas, float(group.get("weight_decay", 0.0))
             step = float(state.get("step", 1))
             m = state["exp_avg"].float() / (1 - beta1**step)
             v = state["exp_avg_sq"].float() / (1 - beta2**step)

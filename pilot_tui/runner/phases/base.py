@@ -17,7 +17,7 @@ from ...core.events import PhaseFinished, PhaseStarted, RunnerError
 from ...core.reasons import exception_line, message_line
 from ...core.rows import phase_row
 from ...core.steps import Step
-from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, worst
+from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, WARN, worst
 from ..context import Cancelled, Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ..memory import probes
 from ..memory.cuda_fault import POISONED, is_sticky
@@ -118,11 +118,21 @@ def check(name: str) -> Callable[[CheckFn], CheckFn]:
     return register
 
 
+def _one_check(fn: CheckFn, ctx: RunContext, run: PhaseRun, outcome: Outcome) -> Check | None:
+    """A check that breaks says so as a warning: what the body measured keeps its row."""
+    try:
+        return fn(ctx, run, outcome)
+    except Exception as exc:
+        return Check(fn.__name__, WARN, f"the check {fn.__name__} could not run: {exception_line(exc)}")
+
+
 def with_checks(ctx: RunContext, run: PhaseRun, outcome: Outcome) -> Outcome:
     """The phase's registered checks on what its body measured, folded into its outcome."""
     if outcome.checked_elsewhere:
         return outcome
-    found = [c for fn in CHECKS.get(run.step.phase, []) if (c := fn(ctx, run, outcome)) is not None]
+    found = [
+        c for fn in CHECKS.get(run.step.phase, []) if (c := _one_check(fn, ctx, run, outcome)) is not None
+    ]
     if not found:
         return outcome
     outcome.details["gate_checks"] = [*outcome.details.get("gate_checks", []), *(c.as_dict() for c in found)]
