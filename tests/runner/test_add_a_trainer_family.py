@@ -74,7 +74,7 @@ class OwnLoop(Training):
 def trained_params() -> list[int]:
     seen: list[int] = []
 
-    @check("first_step")
+    @check(on="first_step")
     def counted(ctx, run, outcome) -> Check:
         seen.append(sum(p.numel() for p in ctx.training.model(ctx, "control").parameters()))
         return Check("counted", PASS, "parameters counted")

@@ -30,7 +30,7 @@ def float_weights() -> Iterator[list[str]]:
     """A new check on the first update: warn when the trained weights are not float32 (say)."""
     seen: list[str] = []
 
-    @check("first_step")
+    @check(on="first_step")
     def weights_dtype(ctx, run, outcome) -> Check | None:
         model = ctx.training.model(ctx, run.step.variant)
         if model is None:
@@ -80,7 +80,7 @@ def test_a_check_that_breaks_warns_and_the_body_keeps_its_row(write_campaign, tm
     from pilot_tui.runner.phases import execute
     from pilot_tui.tasks.loader import load_task
 
-    @check("first_step")
+    @check(on="first_step")
     def broken(ctx, run, outcome) -> Check | None:
         raise ValueError("a bug in the check")
 

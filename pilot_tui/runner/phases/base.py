@@ -106,13 +106,13 @@ CheckFn = Callable[[RunContext, PhaseRun, Outcome], Check | None]
 CHECKS: dict[str, list[CheckFn]] = {}
 
 
-def check(name: str) -> Callable[[CheckFn], CheckFn]:
-    """Register a check on the phase `name`."""
-    if phase_table.info(name) is None:
-        raise RuntimeError(f"check on {name!r}: no such phase in the phase table")
+def check(*, on: str) -> Callable[[CheckFn], CheckFn]:
+    """Register a check on the phase `on` (beside its one body, never in its place)."""
+    if phase_table.info(on) is None:
+        raise RuntimeError(f"check on {on!r}: no such phase in the phase table")
 
     def register(fn: CheckFn) -> CheckFn:
-        CHECKS.setdefault(name, []).append(fn)
+        CHECKS.setdefault(on, []).append(fn)
         return fn
 
     return register

@@ -21,7 +21,7 @@ def first_step(ctx: RunContext, run: PhaseRun) -> Outcome:
     return ctx.training.as_variant(ctx, run, lambda: ctx.training.first_update(ctx, run))
 
 
-@check("first_step")
+@check(on="first_step")
 def precision_at_the_runs_lr(ctx: RunContext, run: PhaseRun, outcome: Outcome) -> Check | None:
     """bf16 / fp16 weights stepped without fp32 master copies: the share of the first update's
     elements that round away at the run's LR, from the optimizer's own state."""
