@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ....analysis.checks import Check, listing
-from ....core.verdict import FAIL, PASS
+from ....core.verdict import FAIL, PASS, WARN
 from ....tasks.contract import CAUSAL_LM, Example, Task
 from .estimate import trainer_source
 from .kinds import Kind, kind_of
@@ -99,6 +99,21 @@ def stack(rows: Sequence[Mapping[str, torch.Tensor]], pad_id: int) -> dict[str, 
         if has_pos:
             out["position_ids"][i, :length] = r["position_ids"].reshape(-1)
     return out
+
+
+# A share of rows cut at the cap from which the run trains mostly on cut rows: a failure.
+TRUNCATED_FAIL = 0.5
+
+
+def _percentiles(lengths: list[int]) -> str:
+    if not lengths:
+        return "no rows"
+    ordered = sorted(lengths)
+
+    def at(q: float) -> int:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return f"lengths p50 {at(0.5)}, p95 {at(0.95)}, p99 {at(0.99)}, max {ordered[-1]}"
 
 
 def stack_classes(
@@ -370,7 +385,71 @@ class TrainerAdapter:
         if self.kind.task_kind != CAUSAL_LM:
             return []
         pairs = self.pair_check()
-        return [self.end_check(), self.boundary_check(), *([pairs] if pairs is not None else [])]
+        return [
+            self.end_check(),
+            self.boundary_check(),
+            self.truncation_check(),
+            *([pairs] if pairs is not None else []),
+        ]
+
+    def length_cap(self) -> tuple[int, str]:
+        """(the length the trainer cuts its rows at, where that was read), 0 when it names none:
+        TRL's configs hold it (`max_length`). A script that cut its rows itself is not guessed at:
+        a short dataset's longest rows pile up at its maximum as often as cut ones do."""
+        declared = getattr(self.trainer.args, "max_length", None) or getattr(
+            self.trainer.args, "max_seq_length", None
+        )
+        if isinstance(declared, int) and declared > 0:
+            return declared, f"the trainer's max_length {declared}"
+        return 0, ""
+
+    def truncation_check(self) -> Check:
+        """Rows the script cut at its max length, and replies that lost their end with it: the
+        model never learns the tails, nor to stop there (TRL's default max_length 1024 cuts silently)."""
+        n = len(self.train)
+        lengths = [self.length(TRAIN, i) for i in range(n)]
+        cap, how = self.length_cap()
+        spread = _percentiles(lengths)
+        if not cap:
+            return Check(
+                "truncation",
+                PASS,
+                f"the trainer names no max_length to cut rows at; as the script made them: {spread}",
+            )
+        # A packed row is filled to the length on purpose: its documents say nothing of a cut.
+        at_cap = [i for i, length in enumerate(lengths) if length >= cap and not self._packed(i)]
+        if not at_cap:
+            return Check(
+                "truncation", PASS, f"no train row reaches the cut at {cap} tokens ({how}; {spread})"
+            )
+        lost = self._lost_ends(at_cap) if self.ends else []
+        share = len(at_cap) / n
+        said = (
+            f"{len(at_cap)} of {n} train rows ({share:.0%}) are cut at {cap} tokens ({how}; {spread})"
+            + (f", {len(lost)} of them losing the end of their reply" if lost else "")
+            + f" — e.g. {listing([f'train[{i}]' for i in at_cap], len(at_cap))}: the model never learns "
+            "what was cut"
+            + (", nor to stop there" if lost else "")
+            + "; raise max_length or drop the longest rows"
+        )
+        verdict = FAIL if share >= TRUNCATED_FAIL else WARN
+        return Check("truncation", verdict, said, len(at_cap), [f"train[{i}]" for i in at_cap[:10]])
+
+    def _packed(self, i: int) -> bool:
+        pos = self.train.one(i).get("position_ids")
+        return pos is not None and bool((pos.reshape(-1)[1:] == 0).any())
+
+    def _lost_ends(self, rows: list[int]) -> list[int]:
+        """Of these train rows, those whose last scored token is no end token."""
+        ends = torch.tensor(sorted(self.ends))
+        lost = []
+        for i in rows:
+            b = self.view(self.train.one(i))
+            labels, ids = b["labels"].reshape(-1), b["input_ids"].reshape(-1)
+            scored = (labels != IGNORE).nonzero().flatten()
+            if scored.numel() and not bool(torch.isin(ids[scored[-1]], ends)):
+                lost.append(i)
+        return lost
 
     def class_map_check(self) -> Check:
         """`config.id2label` against the label names each dataset still holds (a `ClassLabel`):
