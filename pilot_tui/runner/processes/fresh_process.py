@@ -51,6 +51,12 @@ class FreshProcessFailed(Exception):
         self.stderr = stderr
 
 
+# (the step, done, total, what the new process does): a wait's progress line.
+Said = tuple[str, int, int, str]
+# A waiting step's line is redrawn this often, its seconds counted.
+SAID_PERIOD_S = 1.0
+
+
 @dataclass
 class FreshProcess:
     """A started worker process; `wait()` returns its result and the seconds it took."""
@@ -59,9 +65,14 @@ class FreshProcess:
     out_dir: Path
     started: float
 
-    def wait(self, ctx: RunContext | None = None, timeout_s: float = 600.0) -> tuple[dict[str, Any], float]:
+    def wait(
+        self, ctx: RunContext | None = None, timeout_s: float = 600.0, said: Said | None = None
+    ) -> tuple[dict[str, Any], float]:
+        """The worker's result; `said` (step, done, total, what it does) is shown while it runs,
+        the seconds counted, so no wait for a new process is a silent one."""
         stderr = ""
         deadline = self.started + timeout_s
+        next_said = self.started
         try:
             while True:
                 try:
@@ -71,6 +82,11 @@ class FreshProcess:
                     if ctx is not None:
                         ctx.check_cancel()  # raises Cancelled; `finally` kills the worker
                         ctx.heartbeat()
+                        now = time.monotonic()
+                        if said is not None and now >= next_said:
+                            step, done, total, what = said
+                            ctx.progress(step, done, total, message=f"{what} ({now - self.started:.0f} s)")
+                            next_said = now + SAID_PERIOD_S
                     if time.monotonic() > deadline:
                         raise FreshProcessFailed(
                             f"the fresh process took over {timeout_s:g} s", -1, []

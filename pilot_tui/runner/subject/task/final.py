@@ -136,7 +136,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         out_dir,
     )
     try:
-        result, seconds = worker.wait(ctx)
+        result, seconds = worker.wait(ctx, said=(run.step.key, 0, 1, "reloading the export in a new process"))
     except FreshProcessFailed as exc:
         what = "refused the artifact" if exc.code == EXIT_REFUSED else f"failed (exit {exc.code})"
         raise PhaseFailure(

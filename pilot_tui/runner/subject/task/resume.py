@@ -42,6 +42,7 @@ from ...processes.determinism import deterministic
 from ...processes.fresh_process import (
     EXIT_REFUSED,
     FreshProcessFailed,
+    Said,
     context_args,
     read_tensors,
     start_fresh_process,
@@ -229,8 +230,9 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
 
     out_dir = path.with_suffix(".worker")
     ctx.progress(run.step.key, k + n, total, message="resuming in a new process")
+    said = (run.step.key, k + n, total, "resuming in a new process")
     result, res_tensors, worker_s = _resumed(
-        ctx, path, entry, config, n, out_dir, dist_state.world(), {"break_resume": breaking}
+        ctx, path, entry, config, n, out_dir, dist_state.world(), {"break_resume": breaking}, said=said
     )
     timings["new_process_s"] = worker_s
     ops = sorted(set(nondeterministic) | set(result.get("nondeterministic_ops", [])))
@@ -343,6 +345,7 @@ def _resumed(
     nproc: int,
     context: dict[str, Any],
     extra_args: tuple[str, ...] = (),
+    said: Said | None = None,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
     """Resume `path` in a new process (a new group of `nproc` ranks) for n updates; its result."""
     args = [
@@ -365,7 +368,7 @@ def _resumed(
         args += ["--files", str(entry["files"])]
     worker = start_fresh_process("pilot_tui.runner.workers.resume", args, out_dir, nproc=nproc)
     try:
-        result, worker_s = worker.wait(ctx)
+        result, worker_s = worker.wait(ctx, said=said)
     except FreshProcessFailed as exc:
         what = "refused the checkpoint" if exc.code == EXIT_REFUSED else f"failed (exit {exc.code})"
         where = (
@@ -419,6 +422,7 @@ def _reshard(
         1,
         {"reshard": f"{world} -> 1"},
         ("--save-sharded", str(to_one), "--by-name"),
+        said=(run.step.key, 0, 1, f"resuming the {world} ranks' shards on 1 rank, in a new process"),
     )
     resumed = [
         u | {"batch": u["batch"][: len(r["batch"])]}
@@ -439,6 +443,7 @@ def _reshard(
         path.with_suffix(".workerN"),
         world,
         {"reshard": f"1 -> {world}"},
+        said=(run.step.key, 0, 1, f"resuming that checkpoint on {world} ranks, in a new process group"),
     )
     legs.append(_leg(1, world, further, result["updates"], further_tensors, tensors, tol, seconds, result))
     return legs

@@ -312,7 +312,8 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     )  # fmt: skip
     run.current_input = {"export": str(exported["path"])}
     try:
-        result, seconds = worker.wait(ctx, timeout_s=ctx.spec.limit_for("final").time_s or 600.0)
+        said = (run.step.key, 0, 1, "reloading the export with from_pretrained in a new process")
+        result, seconds = worker.wait(ctx, timeout_s=ctx.spec.limit_for("final").time_s or 600.0, said=said)
     except FreshProcessFailed as exc:
         raise PhaseFailure(f"the reload in a new process failed: {exc}", {"stderr": exc.stderr}) from None
     logits = read_tensors(result)["logits"]

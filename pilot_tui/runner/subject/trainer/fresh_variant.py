@@ -77,7 +77,13 @@ def _start(ctx: RunContext, run: PhaseRun, phases: list[str]) -> dict[str, Any]:
     timeout = sum(ceilings) if all(ceilings) else math.inf  # no ceiling declared: none here either
     run.current_input = {"variant": variant, "fresh_capture": shlex.join(command_line(ctx, variant)["argv"])}
     try:
-        result, seconds = worker.wait(ctx, timeout_s=timeout)
+        said = (
+            run.step.key,
+            0,
+            1,
+            "a fresh capture: the script runs again with the variant's args up to train()",
+        )
+        result, seconds = worker.wait(ctx, timeout_s=timeout, said=said)
         failure = ""
     except FreshProcessFailed as exc:
         # The rows it finished before it failed are kept (written after each phase).

@@ -142,7 +142,13 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         c_dir,
     )  # fmt: skip
     try:
-        result, seconds = worker.wait(ctx, timeout_s=ctx.spec.limit_for("resume").time_s or 900.0)
+        said = (
+            run.step.key,
+            k + n,
+            k + n + 1,
+            "process C: the script runs again up to train(), then resumes",
+        )
+        result, seconds = worker.wait(ctx, timeout_s=ctx.spec.limit_for("resume").time_s or 900.0, said=said)
     except FreshProcessFailed as exc:
         raise PhaseFailure(f"the resumed process failed: {exc}", {"stderr": exc.stderr}) from None
     c_rows = {int(r["step"]): r for r in result["rows"]}
