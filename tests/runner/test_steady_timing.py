@@ -140,7 +140,11 @@ def test_an_update_is_split_into_data_wait_the_models_work_and_the_pilots_own_lo
     slowed = steady(ctx, steady_updates=20, steady_precision=0.0, collate_delay_s=0.004)["details"]
     assert slowed["data_wait_s"] >= 0.004 * ctx.spec.batch.accumulation
     assert slowed["loop_own_s"] >= 0.004
-    assert slowed["model_s"] < plain["model_s"] + 0.004
+    # The injected sleeps land in the wait and the loop's own share, not in the model's work: what
+    # the model's work gained (the machine's load moves it too, by milliseconds on a shared CI
+    # machine) is less than what the wait and the loop gained (the sleeps: 20 ms an update).
+    gained = {k: slowed[k] - plain[k] for k in ("model_s", "data_wait_s", "loop_own_s")}
+    assert gained["model_s"] < gained["data_wait_s"] + gained["loop_own_s"], gained
 
 
 def test_an_unreachable_target_ends_at_the_budget_and_says_the_precision_reached(tmp_path):
