@@ -14,8 +14,8 @@ import torch
 from ....analysis.checks import Check
 from ....core.verdict import PASS, WARN
 from ....tasks.contract import TOKEN_CLASSIFICATION
+from ...checks.objective_checks import rng_untouched
 from .adapter import stack
-from .loop import rng_untouched
 
 IGNORE = -100
 # A padding-free batch is one long row: the pane shows its head.
@@ -92,7 +92,9 @@ def first_window(trainer: Any) -> list[dict[str, Any]]:
     """The first accumulation window of the trainer's own train dataloader, its RNG untouched."""
     accumulation = max(1, int(trainer.args.gradient_accumulation_steps))
     window: list[dict[str, Any]] = []
-    with rng_untouched():  # a loader's iterator draws from the global RNG: train() must not see it
+    with rng_untouched(
+        [trainer.args.device]
+    ):  # a loader's iterator draws from the global RNG: train() must not see it
         for batch in trainer.get_train_dataloader():
             window.append(batch)
             if len(window) == accumulation:

@@ -16,6 +16,7 @@ import transformers
 from transformers import TrainerCallback
 
 from ....analysis.board import FIRST_BATCHES, best_validation, stop_cause
+from ...checks.objective_checks import rng_untouched
 from ...context import PhaseRun, RunContext
 from . import loop
 from .captured import adapter_of, from_start, trainer_of
@@ -143,7 +144,7 @@ def lr_run(ctx: RunContext, run: PhaseRun, plan: Any, row: dict[str, Any], live:
         row["initial_weights_sha256"] = parameter_digest(loop.unwrapped(trainer))
         # Read beside the run, never in it: a loader's iterator and an evaluation draw from the
         # global RNG, which train() must find as the real run does.
-        with loop.rng_untouched():
+        with rng_untouched([trainer.args.device]):
             row["first_batches_sha256"] = first_batches_sha256(trainer, min(FIRST_BATCHES, board.updates))
             # Update 0: the shared starting point, identical for every LR at this seed.
             start = float(trainer.evaluate().get(metric, math.nan))

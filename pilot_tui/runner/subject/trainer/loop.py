@@ -178,12 +178,6 @@ def batch_settings(
             config.use_cache = saved_cache
 
 
-def rng_untouched() -> contextlib.AbstractContextManager[Any]:
-    """Every torch RNG as it was after the block (the CUDA ones only once CUDA is initialised)."""
-    cuda = torch.cuda.is_initialized()
-    return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if cuda else [])
-
-
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in batch.items() if k != "labels"}
 
