@@ -13,8 +13,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from ..processes.fresh_process import RESULT_FILE, run_fresh_process
 from ..processes.lifetime import die_with_parent
 from ..subject.trainer.campaign import capture_for, load_checked
@@ -22,15 +20,11 @@ from ..subject.trainer.loop import train_steps
 from ..subject.trainer.probe import StepProbe
 from ..subject.trainer.resume_gate import hexes
 from ..subject.trainer.settings import apply_pilot_settings
+from ..subject.trainer.worker_args import worker_parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pilot_tui.runner.workers.trainer_resume")
-    p.add_argument("--spec", type=Path, required=True)
-    p.add_argument("--spec-sha256", required=True)
-    p.add_argument("--script-sha256", required=True)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--out", type=Path, required=True)
+    p = worker_parser("pilot_tui.runner.workers.trainer_resume")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--steps", type=int, required=True)
     return p
@@ -38,9 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def resume(args: argparse.Namespace) -> None:
     die_with_parent()
-    if args.threads:
-        torch.set_num_threads(args.threads)  # CPU reductions split by thread: same split, same bits
-    loaded = load_checked(args.spec, args.spec_sha256, args.script_sha256)
+    loaded = load_checked(args)
     trainer = capture_for(loaded).trainer
     apply_pilot_settings(trainer, args.out / "output")
     probe = StepProbe(digest=True)

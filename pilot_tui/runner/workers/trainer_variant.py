@@ -17,10 +17,7 @@ import json
 import resource
 import sys
 import threading
-from pathlib import Path
 from typing import Any
-
-import torch
 
 from ...core.atomic import write_text_atomic
 from ...core.steps import Step
@@ -28,15 +25,11 @@ from ..phases import base
 from ..processes.fresh_process import RESULT_FILE, run_fresh_process
 from ..processes.lifetime import die_with_parent
 from ..subject.trainer.campaign import fresh_capture_spec, load_checked, open_trainer_campaign
+from ..subject.trainer.worker_args import worker_parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pilot_tui.runner.workers.trainer_variant")
-    p.add_argument("--spec", type=Path, required=True)
-    p.add_argument("--spec-sha256", required=True)
-    p.add_argument("--script-sha256", required=True)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--out", type=Path, required=True)
+    p = worker_parser("pilot_tui.runner.workers.trainer_variant")
     p.add_argument("--variant", required=True)
     p.add_argument("--phases", required=True, help="comma-separated: the variant's phases to run, in order")
     p.add_argument("--overrides", default="{}", help="JSON: the step's overrides (a rerun from the view)")
@@ -49,9 +42,7 @@ def _peak_rss_mb() -> float:
 
 def run_variant(args: argparse.Namespace) -> None:
     die_with_parent()
-    if args.threads:
-        torch.set_num_threads(args.threads)  # the runner's CPU split: step times comparable
-    loaded = load_checked(args.spec, args.spec_sha256, args.script_sha256)
+    loaded = load_checked(args)
     variant = next((v for v in loaded.spec.variants if v.id == args.variant), None)
     if variant is None:
         raise ValueError(f"{args.spec}: no variant {args.variant!r}")

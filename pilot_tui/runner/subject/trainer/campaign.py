@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -74,13 +75,19 @@ def fresh_capture_spec(loaded: LoadedSpec, variant: VariantSpec) -> LoadedSpec:
     return dataclasses.replace(loaded, spec=dataclasses.replace(spec, task=task, variants=variants))
 
 
-def load_checked(spec: Path, spec_sha256: str, script_sha256: str) -> LoadedSpec:
-    """A worker's campaign, refused when the file or the script changed since the runner read them."""
-    loaded = load_spec(spec)
-    if loaded.sha256 != spec_sha256:
-        raise ValueError(f"{spec}: the campaign file changed since the runner read it")
+def load_checked(args: argparse.Namespace) -> LoadedSpec:
+    """A worker's campaign (`worker_args`), refused when the file or the script changed since the
+    runner read them.
+
+    The runner's thread count comes first: CPU reductions split by thread, so the same split gives
+    the same bits (resume) and comparable step times (variants)."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    loaded = load_spec(args.spec)
+    if loaded.sha256 != args.spec_sha256:
+        raise ValueError(f"{args.spec}: the campaign file changed since the runner read it")
     script = program_file(loaded)
-    if sha256_file(script) != script_sha256:
+    if sha256_file(script) != args.script_sha256:
         raise ValueError(
             f"{script}: the training script changed since the runner captured it; rerun the campaign"
         )

@@ -17,13 +17,12 @@ import shlex
 import time
 from typing import Any
 
-import torch
-
 from ....core import phase_table
 from ....core.spec import CampaignSpec
 from ....core.verdict import Verdict
 from ...context import Outcome, PhaseFailure, PhaseRun, RunContext
 from ...processes.fresh_process import RESULT_FILE, FreshProcessFailed, start_fresh_process
+from .worker_args import worker_argv
 
 KEPT = "trainer_fresh_variants"  # ctx.memo: variant -> {phase: its row, or the failure line}
 WORKER = "pilot_tui.runner.workers.trainer_variant"
@@ -62,11 +61,7 @@ def _start(ctx: RunContext, run: PhaseRun, phases: list[str]) -> dict[str, Any]:
     worker = start_fresh_process(
         WORKER,
         [
-            "--spec", str(ctx.loaded.path),
-            "--spec-sha256", ctx.loaded.sha256,
-            "--script-sha256", ctx.memo["trainer_capture"]["script_sha256"],
-            "--threads", str(torch.get_num_threads()),
-            "--out", str(out),
+            *worker_argv(ctx, out),
             "--variant", variant,
             "--phases", ",".join(phases),
             "--overrides", json.dumps(run.overrides),

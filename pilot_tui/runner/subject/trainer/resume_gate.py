@@ -18,6 +18,7 @@ from ...processes.fresh_process import FreshProcessFailed, start_fresh_process
 from . import loop
 from .captured import adapter_of, from_start, probe_for, trainer_of
 from .settings import RESUME_REFUSED
+from .worker_args import worker_argv
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -131,11 +132,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     worker = start_fresh_process(
         "pilot_tui.runner.workers.trainer_resume",
         [
-            "--spec", str(ctx.loaded.path),
-            "--spec-sha256", ctx.loaded.sha256,
-            "--script-sha256", ctx.memo["trainer_capture"]["script_sha256"],
-            "--threads", str(torch.get_num_threads()),
-            "--out", str(c_dir),
+            *worker_argv(ctx, c_dir),
             "--checkpoint", str(checkpoint),
             "--steps", str(k + n),
         ],
