@@ -4,6 +4,7 @@ R11, R12)."""
 
 from __future__ import annotations
 
+import gc
 import textwrap
 import tomllib
 from pathlib import Path
@@ -17,6 +18,7 @@ from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.in_process import InProcessLink
+from pilot_tui.runner.phases import base as phase_base
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.variants_compare import compare_targets
 from pilot_tui.session.driver import Session
@@ -50,11 +52,32 @@ def _run(path: Path, records: Path) -> dict:
     return tomllib.loads(session.record.path.read_text())
 
 
-def test_demo_variants_side_by_side(write_campaign, tmp_path: Path) -> None:
+def _live_tensor_mb() -> float:
+    """MiB of every tensor storage still alive in this process, however it is held."""
+    gc.collect()
+    storages = {}
+    for o in gc.get_objects():
+        if issubclass(type(o), torch.Tensor) and not o.is_meta:  # type(): no deprecated proxy warns
+            storages[o.untyped_storage().data_ptr()] = o.untyped_storage().nbytes()
+    return sum(storages.values()) / 2**20
+
+
+def test_demo_variants_side_by_side(write_campaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_campaign(
         {"phases": {"skip": SKIP, "steady_updates": 2}, "limits": {"default": {"time_s": 0}}}
     )
+    # What each configuration starts on: every variant after the control must find only what the
+    # control keeps (its weights, gradients, optimizer state), not what earlier variants left.
+    started_on: dict[str, float] = {}
+
+    def measure(ctx: RunContext, step: Step) -> None:
+        if step.phase == "first_step":
+            started_on[step.variant] = _live_tensor_mb()
+
+    monkeypatch.setattr(phase_base, "BEFORE_STEP", [*phase_base.BEFORE_STEP, measure])
     record = _run(path, tmp_path / "records")
+    later = [started_on[v] for v in ("mb1", "ckpt", "len16")]
+    assert max(later) - min(later) < 0.01, started_on
     entries = {e["id"]: e for e in record["variants"]}
     assert list(entries) == ["control", "mb1", "ckpt", "len16"]
     control, mb1, ckpt, len16 = (entries[k] for k in ("control", "mb1", "ckpt", "len16"))

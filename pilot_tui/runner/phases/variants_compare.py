@@ -190,11 +190,14 @@ def saved_tensors(ctx: RunContext, state: TrainState) -> dict[str, int]:
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         ptr = t.untyped_storage().data_ptr()
-        if ptr in weights or t.device.type != ctx.device.type:
-            return t
-        kind = casts if _is_weight_cast(t, param_ids) else activations
-        kind[ptr] = t.untyped_storage().nbytes()
-        return t
+        if ptr not in weights and t.device.type == ctx.device.type:
+            kind = casts if _is_weight_cast(t, param_ids) else activations
+            kind[ptr] = t.untyped_storage().nbytes()
+        # Detached: an output saved by its own node (SDPA's, say) and packed as itself would close a
+        # cycle node → tensor → grad_fn inside the C++ graph, which no garbage collection frees —
+        # every variant's measurement would stay on the device under the next one. The storage
+        # (and so the byte count) is the same; this graph is never run backward.
+        return t.detach()
 
     was_training = state.model.training
     state.model.train()
