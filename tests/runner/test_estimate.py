@@ -197,6 +197,9 @@ def test_estimate_phase_row_and_record_section(ctx: RunContext) -> None:
         assert e["peak_allocated_mb"] > e["parameters_mb"] > 0
     # Checkpointing keeps fewer activations than the control.
     assert entries[1]["activations_mb"] < entries[0]["activations_mb"]
+    # On a CPU no library keeps an allocator workspace: the row says so, and what is left out.
+    assert row["details"]["library_workspaces_mb"] == 0
+    assert "CPU" in row["details"]["library_workspaces"] and "NCCL" in row["details"]["left_out"]
     section = next(m for m in sent if isinstance(m, RecordUpdate) and m.section == "estimate")
     assert section.value["recommendation"]["gpu_memory_gb"] == 24
     assert section.value["configurations"] == entries
@@ -317,3 +320,20 @@ def test_hugging_face_sequence_classifier_from_its_config_in_its_load_dtype(tmp_
     n = sum(p.numel() for p in model.parameters())
     assert entry["trainable_parameters"] == n
     assert entry["parameters_bytes"] < 2.1 * n  # bf16 weights, as the task loads them
+
+
+def test_the_device_workspaces_are_in_every_estimated_peak_and_its_need(ctx: RunContext) -> None:
+    """Every measured peak holds the cuBLAS workspaces; an estimate that leaves them out is short
+    by them (on a 3.2M-parameter model, most of the measured peak)."""
+    from pilot_tui.runner.memory.estimate.campaign import estimate_configs
+
+    source = task_source(ctx)
+    target = Target(gpus=1, strategy="none", gpu_memory_gb=0, headroom=0.1)
+    configs = [fake_config(ctx, "control", target)]
+    plain = estimate_configs(source, configs, target)["configurations"][0]
+    fixed = 64 * 2**20
+    held = estimate_configs(source, configs, target, fixed_bytes=fixed)["configurations"][0]
+    assert held["peak_allocated_bytes"] == plain["peak_allocated_bytes"] + fixed
+    assert held["eval_peak_allocated_bytes"] == plain["eval_peak_allocated_bytes"] + fixed
+    assert held["library_workspaces_bytes"] == fixed and "library_workspaces_bytes" not in plain
+    assert held["verdict"]["need_mib"] > plain["verdict"]["need_mib"] + 64

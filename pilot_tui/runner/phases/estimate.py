@@ -15,10 +15,12 @@ from ...core import dimensions
 from ...core.events import RecordUpdate
 from ...core.verdict import FAIL, PASS, WARN
 from ..context import RunContext
+from ..memory import workspaces
 from ..memory.estimate.campaign import campaign_configs, estimate_configs, source_for, target_of
 from ..memory.estimate.fake_run import MIB, NotEstimable
 from .base import Outcome, PhaseRun, phase
 
+WORKSPACES_KEY = "estimate.library_workspaces"
 FIGURES = (
     "parameters",
     "buffers",
@@ -27,6 +29,7 @@ FIGURES = (
     "activations",
     "temporaries",
     "ddp_buckets",
+    "library_workspaces",
     "peak_allocated",
     "eval_peak_allocated",
     "eval_activations",
@@ -71,7 +74,8 @@ def estimate(ctx: RunContext, run: PhaseRun) -> Outcome:
     except NotEstimable as exc:  # a model the fake run cannot rebuild: a warning that says why
         why = {"op": exc.op, "reason": exc.reason, "configurations": [c.name for c in configs]}
         return Outcome(WARN, f"not estimable: {exc.reason}", why)
-    result = estimate_configs(source, configs, target, progress)
+    fixed = device_workspaces(ctx)
+    result = estimate_configs(source, configs, target, progress, fixed_bytes=fixed.bytes)
     entries = [flat_entry(e) for e in result["configurations"]]
     section = {
         "label": est.ESTIMATE_LABEL,
@@ -80,6 +84,8 @@ def estimate(ctx: RunContext, run: PhaseRun) -> Outcome:
         "allowance": result["allowance"],
         "configurations": entries,
         "recommendation": result["recommendation"],
+        "library_workspaces_mb": fixed.details()["library_workspaces_mb"],
+        "left_out": workspaces.LEFT_OUT,
     }
     ctx.emit(RecordUpdate(section="estimate", value=section))
     details: dict[str, Any] = {
@@ -88,10 +94,22 @@ def estimate(ctx: RunContext, run: PhaseRun) -> Outcome:
         "allowance": result["allowance"],
         "configurations": [est.line(e) for e in result["configurations"]],
         "estimates": entries,
-    }
+        "left_out": workspaces.LEFT_OUT,
+    } | fixed.details()
     if result["recommendation"]:
         details["recommendation"] = result["recommendation"]
     return estimate_verdict(result["configurations"], target.gpu_memory_gb, details)
+
+
+def device_workspaces(ctx: RunContext) -> workspaces.Workspaces:
+    """Measured once per runner: the libraries' workspaces do not change between estimates."""
+    found = ctx.memo.get(WORKSPACES_KEY)
+    if found is None:
+        # Declared precisions only: a bf16 step's multiplies take a workspace of their own.
+        declared = [ctx.spec.batch.precision, *(v.get("precision") for v in ctx.spec.variants)]
+        precisions = tuple(sorted({str(p) for p in declared if p}))
+        found = ctx.memo[WORKSPACES_KEY] = workspaces.measure(ctx.device, precisions)
+    return found
 
 
 def estimate_verdict(entries: list[dict[str, Any]], gpu_memory_gb: float, details: dict[str, Any]) -> Outcome:

@@ -123,14 +123,21 @@ def estimate_configs(
     target: Target,
     progress: Callable[[int, int, str], None] | None = None,
     confirm: bool = True,
+    fixed_bytes: int = 0,
 ) -> dict[str, Any]:
-    """Every configuration's fake run, its verdict, and the rental recommendation for the control."""
+    """Every configuration's fake run, its verdict, and the rental recommendation for the control.
+
+    `fixed_bytes` is what the device's libraries hold whatever the model (runner/memory/
+    workspaces.py): every measured peak holds it, so every estimated peak does too.
+    """
     entries = []
     for i, cfg in enumerate(configs):
-        entry = cfg.params() | run_fake(source, cfg)
+        entry = cfg.params() | with_fixed(run_fake(source, cfg), fixed_bytes)
         entry["verdict"] = est.verdict(entry, target.headroom, target.gpu_memory_gb)
         if entry["name"] == "control" and entry["verdict"].get("fits") is False:
-            entry["smallest_configuration"] = smallest_confirmed(source, cfg, entry, target, confirm)
+            entry["smallest_configuration"] = smallest_confirmed(
+                source, cfg, entry, target, confirm, fixed_bytes
+            )
         entries.append(entry)
         if progress is not None:
             progress(i + 1, len(configs), f"{cfg.name}: {entry['verdict'].get('status')}")
@@ -143,8 +150,25 @@ def estimate_configs(
     }
 
 
+def with_fixed(result: dict[str, Any], fixed_bytes: int) -> dict[str, Any]:
+    """A fake run's result with the device's fixed allocations added to both of its peaks."""
+    if not result.get("estimable") or not fixed_bytes:
+        return result
+    return result | {
+        "library_workspaces_bytes": fixed_bytes,
+        "peak_allocated_bytes": result["peak_allocated_bytes"] + fixed_bytes,
+        "eval_peak_allocated_bytes": result["eval_peak_allocated_bytes"] + fixed_bytes,
+    }
+
+
 def smallest_confirmed(
-    source: ModelSource, cfg: FakeConfig, entry: dict[str, Any], target: Target, confirm: bool, tries: int = 2
+    source: ModelSource,
+    cfg: FakeConfig,
+    entry: dict[str, Any],
+    target: Target,
+    confirm: bool,
+    fixed_bytes: int = 0,
+    tries: int = 2,
 ) -> dict[str, Any] | None:
     """The cheapest rental that would hold the control: extrapolated from its components, then
     checked by a fake run of that configuration (the next candidate when the check says no)."""
@@ -154,7 +178,9 @@ def smallest_confirmed(
     if not confirm:
         return options[0] | {"basis": "extrapolated from the estimate"}
     for best in options[:tries]:
-        checked = run_fake(source, replace(cfg, strategy=best["strategy"], gpus=best["gpus"]))
+        checked = with_fixed(
+            run_fake(source, replace(cfg, strategy=best["strategy"], gpus=best["gpus"])), fixed_bytes
+        )
         if not checked.get("estimable"):
             return best | {"basis": f"extrapolated; the fake run of it failed: {checked.get('reason')}"}
         peak = max(checked["peak_allocated_bytes"], checked["eval_peak_allocated_bytes"])
