@@ -168,10 +168,11 @@ def one_round(folder: Path, every: int, eval_examples: int) -> tuple[float, floa
     return predicted, actual, info
 
 
-def user_round(folder: Path) -> dict[str, Any]:
+def user_round(folder: Path, device: str) -> dict[str, Any]:
     """One pilot of the user's campaign and one run of their own loop, each in a fresh process."""
     raw = tomllib.loads((USER / "campaign.toml").read_text())
     raw["task"]["file"] = str(USER / "task.py")
+    raw["batch"]["device"] = device  # both sides on the same device: the campaign's own is "cpu"
     raw.setdefault("phases", {})["skip"] = [
         *in_group("data"),
         "save",
@@ -210,6 +211,7 @@ def user_round(folder: Path) -> dict[str, Any]:
             f"--updates={budget}",
             f"--microbatch={b['microbatch']}",
             f"--accumulation={b['accumulation']}",
+            f"--device={device}",
         ],
         capture_output=True,
         text=True,
@@ -261,6 +263,13 @@ def main() -> int:
         help="torch threads in every process (OMP_NUM_THREADS); 0 keeps torch's default. "
         "On a shared 2-core machine, 1 avoids the stalls of oversubscribed OpenMP threads",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where both the pilot and the user's loop train (the user's campaign declares cpu: on a "
+        "GPU machine pass cuda, or the rounds time its CPU)",
+    )
     args = parser.parse_args()
     if args.threads:
         # Inherited by the runner processes and the user's loop: pilot and actual run the same way.
@@ -273,7 +282,7 @@ def main() -> int:
         for i in range(args.rounds):
             folder = Path(tmp) / f"round{i}"
             folder.mkdir()
-            r = user_round(folder)
+            r = user_round(folder, args.device)
             ratio = r["predicted"] / r["actual"]
             ratios.append(ratio)
             drifted.append(ratio * r["drift"])
