@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -133,3 +135,15 @@ def test_a_record_that_cannot_be_planned_still_reports(tmp_path: Path, data) -> 
     assert page.all("section")[0].attrs["id"] == "decision"
     assert "No plan:" in " ".join(page.text)
     assert "plan" not in [e.attrs["id"] for e in page.all("section")]
+
+
+def test_the_report_loads_neither_torch_nor_textual() -> None:
+    """Made on a laptop from a record someone sent: no torch, no Textual, in a fresh interpreter."""
+    code = (
+        "import sys, pilot_tui.report, pilot_tui.commands.report; "
+        "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
