@@ -75,6 +75,10 @@ def test_a_steady_row_timed_to_a_precision_gives_the_interval_of_its_mean(data) 
     note = "\n".join(render.range_notes((placed,)))
     assert "±2.0% at 95 % confidence over 240 timed updates" in note
     assert "waited for a CPU 10%" in note and "confidence" not in line
+    # A second configuration with the same causes: its figures, the explanation only once.
+    twice = render.range_notes((placed, dataclasses.replace(placed, id="mb1")))
+    assert twice[2].startswith("    mb1: ±2.0% at 95 % confidence") and "waited for a CPU 10%" in twice[2]
+    assert "(other load)" in twice[1] and "(other load)" not in twice[2]
     back = toml_io.from_toml(plan.Interval, toml_io.as_toml(span))
     assert back == span
 

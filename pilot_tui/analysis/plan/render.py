@@ -71,9 +71,18 @@ def range_notes(order: tuple[PlannedRun, ...]) -> list[str]:
     notes = [(o.id, o.interval.step_caveat) for o in order if o.interval and o.interval.step_caveat]
     if not notes:
         return []
-    return ["  ¹ range: the 95 % interval of the steady mean step over the run's updates (docs/plan.md)"] + [
-        f"    {config}: {caveat}" for config, caveat in notes
-    ]
+    seen: set[str] = set()
+    lines = ["  ¹ range: the 95 % interval of the steady mean step over the run's updates (docs/plan.md)"]
+    for config, caveat in notes:
+        clauses = []
+        for clause in caveat.split("; "):
+            # An explanation already given for a configuration above is not repeated, only its figure.
+            head, paren, tail = clause.partition(" (")
+            clauses.append(head if paren and tail in seen else clause)
+            if paren:
+                seen.add(tail)
+        lines.append(f"    {config}: {'; '.join(clauses)}")
+    return lines
 
 
 PARTS = (("S", "steps"), ("E", "evals"), ("C", "saves"), ("R", "restarts"), ("X", "export"), ("m", "margin"))
