@@ -6,6 +6,7 @@ Exit codes: 0 every gate passed, 1 a gate failed, 2 bad input (nothing written).
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from .estimate import add_parser as add_estimate
 from .estimate import run_estimate
 from .headless import run_headless
 from .plan import print_plan
+from .report import print_compare, write_report
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # The dashboard itself failed (a bug): never 0, and not a gate's verdict either.
@@ -33,6 +35,8 @@ SUBCOMMANDS = (
     "archive",
     "export",
     "plan",
+    "report",
+    "compare",
     "note",
     "conclude",
     "init",
@@ -60,6 +64,17 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
+
+
+def _price(text: str) -> float:
+    """A price in USD per GPU-hour: a finite number ≥ 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a price in USD per GPU-hour, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite price ≥ 0, got {text}")
     return value
 
 
@@ -115,6 +130,23 @@ def _parser() -> argparse.ArgumentParser:
     # Another schedule for the same measurements: re-planned without a new pilot.
     for flag, key, what in SCHEDULE_FLAGS:
         pln.add_argument(flag, dest=key, type=_count, metavar="N", help=what)
+    pln.add_argument(
+        "--price-per-hour", type=_price, metavar="USD", help="price of one GPU-hour: the decision's cost"
+    )
+    rep = sub.add_parser(
+        "report", help="write one self-contained HTML file of a record: decision, gates, curves, memory, plan"
+    )
+    rep.add_argument("record", type=Path)
+    rep.add_argument("-o", "--out", type=Path, help="HTML file to write (default: the record's name, .html)")
+    rep.add_argument("--against", type=Path, metavar="RECORD", help="add what differs from another record")
+    rep.add_argument(
+        "--price-per-hour", type=_price, metavar="USD", help="price of one GPU-hour: the decision's cost"
+    )
+    cmp_ = sub.add_parser(
+        "compare", help="two records side by side: only what differs (exit 1 when anything does)"
+    )
+    cmp_.add_argument("a", type=Path)
+    cmp_.add_argument("b", type=Path)
     note = sub.add_parser("note", help="add an observation to a record (a phase, variant or run)")
     note.add_argument("record", type=Path)
     note.add_argument("text")
@@ -204,7 +236,15 @@ def main(argv: list[str] | None = None) -> int:
             schedule = {
                 key: getattr(args, key) for _, key, _ in SCHEDULE_FLAGS if getattr(args, key) is not None
             }
-            return print_plan(args.record, schedule=schedule)
+            return print_plan(args.record, schedule=schedule, price_per_hour=args.price_per_hour)
+        if args.command == "report":
+            written = write_report(
+                args.record, args.out, against=args.against, price_per_hour=args.price_per_hour
+            )
+            print(one_line(f"report: {written}"))
+            return EXIT_OK
+        if args.command == "compare":
+            return print_compare(args.a, args.b)
         if args.command in ("note", "conclude"):
             if args.command == "note":
                 add_note(args.record, args.on, args.text)

@@ -7,34 +7,46 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from ..analysis.plan import compute_plan, provisional_plan, text_lines
+from ..analysis.plan import Plan, compute_plan, decide, provisional_plan, text_lines
 from ..core.record import Record, RecordError
 from ..core.spec import SpecError
 from ..core.text import one_line
 
 
+def plan_of(record: Record, schedule: Mapping[str, int] | None = None) -> Plan:
+    """The record's plan recomputed from its rows (provisional when the campaign did not finish);
+    RecordError when the record cannot be planned from."""
+    where = record.path.parent
+    try:
+        if "plan" in record.data:
+            return compute_plan(record.data, record_dir=where, schedule=schedule)
+        return provisional_plan(record.data, record_dir=where, schedule=schedule)
+    except (SpecError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        raise RecordError(f"{record.path}: cannot plan from this record: {exc}") from None
+
+
 def print_plan(
-    record_path: str | Path, out: TextIO | None = None, schedule: Mapping[str, int] | None = None
+    record_path: str | Path,
+    out: TextIO | None = None,
+    schedule: Mapping[str, int] | None = None,
+    price_per_hour: float | None = None,
 ) -> int:
-    """Recompute the plan from the record's rows and print it.
+    """Recompute the plan from the record's rows and print it, its decision first.
 
     Read-only: the record's own `[plan]` (written when the campaign finished) is left as it is.
     `schedule`: `[plan]` keys (save_every, keep, eval_every, …) to plan with instead of the
-    record's. Exit 0 when a configuration is kept and the priority work fits a package, else 1.
+    record's. `price_per_hour`: USD per GPU-hour, to price the package and the work.
+    Exit 0 when a configuration is kept and the priority work fits a package, else 1.
     """
     record = Record.read(record_path)  # RecordError: exit 2
     out = out or sys.stdout  # looked up at call time, so a redirected stdout is honoured
     finished = "plan" in record.data
-    where = record.path.parent
-    try:
-        if finished:
-            plan = compute_plan(record.data, record_dir=where, schedule=schedule)
-        else:
-            plan = provisional_plan(record.data, record_dir=where, schedule=schedule)
-    except (SpecError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
-        raise RecordError(f"{record.path}: cannot plan from this record: {exc}") from None
+    plan = plan_of(record, schedule)
     campaign = record.data.get("campaign") or {}
     # Record text is data: every printed line is escaped and bounded (R24).
+    for line in decide(plan, price_per_hour).text_lines():
+        print(one_line(line), file=out)
+    print("", file=out)
     print(one_line(f"pilot-tui plan · campaign {campaign.get('name', '?')} · record {record.path}"), file=out)
     if not finished:
         print(

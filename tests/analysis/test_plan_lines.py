@@ -68,9 +68,17 @@ def test_a_steady_row_timed_to_a_precision_gives_the_interval_of_its_mean(data) 
     )
     assert wide is not None and wide.step_low_s is None
     assert wide.low_s < span.low_s < span.high_s < wide.high_s  # narrower than p10–p90
-    line = render._range_line(dataclasses.replace(entry, interval=span))
-    assert line is not None and "±2.0% at 95 % confidence over 240 timed updates" in line
-    assert "waited for a CPU 10%" in line and "p10" not in line
+    placed = dataclasses.replace(entry, interval=span)
+    line = render._range_line(placed)
+    # The figures on the line, how they were made in the footnote below the package.
+    assert line is not None and line.endswith("per update)¹") and "p10" not in line
+    note = "\n".join(render.range_notes((placed,)))
+    assert "±2.0% at 95 % confidence over 240 timed updates" in note
+    assert "waited for a CPU 10%" in note and "confidence" not in line
+    # A second configuration with the same causes: its figures, the explanation only once.
+    twice = render.range_notes((placed, dataclasses.replace(placed, id="mb1")))
+    assert twice[2].startswith("    mb1: ±2.0% at 95 % confidence") and "waited for a CPU 10%" in twice[2]
+    assert "(other load)" in twice[1] and "(other load)" not in twice[2]
     back = toml_io.from_toml(plan.Interval, toml_io.as_toml(span))
     assert back == span
 

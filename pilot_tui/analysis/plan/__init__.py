@@ -9,12 +9,14 @@ dict only at the record's edge (`Plan.as_toml`, read back with `Plan.from_toml`)
     sheet    the choice sheet: each configuration's gates, the one kept, memory per GPU
     package  each configuration's full run from its measured durations, fitted into a package
     caveats  what the figures assume, and what a renter reads first
+    decision the few lines a renter reads first: configuration, GPU, days, cost, blockers
     build    the whole `Plan`
     render   the plan as text
 """
 
 from .build import Plan, compute_plan, provisional_plan
 from .caveats import busy_machine, tf32_note
+from .decision import Cost, Decision, DecisionLine, decide, work_range
 from .inputs import Environment, Facts, newest_rows, read_facts, spec_of
 from .package import (
     DAY_S,
@@ -36,6 +38,9 @@ __all__ = [
     "PACKAGES",
     "ChoiceSheet",
     "Configuration",
+    "Cost",
+    "Decision",
+    "DecisionLine",
     "Environment",
     "Facts",
     "GpuNeed",
@@ -49,6 +54,7 @@ __all__ = [
     "busy_machine",
     "choice_sheet",
     "compute_plan",
+    "decide",
     "gpu_need",
     "gpu_size",
     "interval",
@@ -62,4 +68,5 @@ __all__ = [
     "summary_lines",
     "text_lines",
     "tf32_note",
+    "work_range",
 ]

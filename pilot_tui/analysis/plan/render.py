@@ -52,16 +52,37 @@ def _range_line(o: PlannedRun) -> str | None:
     if span is None:
         return None
     if span.step_low_s is not None and span.step_high_s is not None:
-        # The interval of the mean step time, widened by the measured contention (step_time.py).
+        # The interval of the mean step time, widened by the measured contention (step_time.py);
+        # what widened it is a footnote (`range_notes`): the figures come first.
         return (
             f"     {o.id}: {o.end_h - o.start_h:.2f} h, range {span.low_h:.2f}–{span.high_h:.2f} h "
-            f"(steady {span.step_low_s:.4g}–{span.step_high_s:.4g} s per update: {span.step_caveat})"
+            f"(steady {span.step_low_s:.4g}–{span.step_high_s:.4g} s per update)"
+            + ("¹" if span.step_caveat else "")
         )
     return (
         f"     {o.id}: {o.end_h - o.start_h:.2f} h, range {span.low_h:.2f}–{span.high_h:.2f} h "
         f"(steady p10 {span.step_p10_s:.4g} s – p90 {span.step_p90_s:.4g} s over "
         f"{span.steady_updates} timed updates)"
     )
+
+
+def range_notes(order: tuple[PlannedRun, ...]) -> list[str]:
+    """The footnote of the range lines: how each configuration's range was made."""
+    notes = [(o.id, o.interval.step_caveat) for o in order if o.interval and o.interval.step_caveat]
+    if not notes:
+        return []
+    seen: set[str] = set()
+    lines = ["  ¹ range: the 95 % interval of the steady mean step over the run's updates (docs/plan.md)"]
+    for config, caveat in notes:
+        clauses = []
+        for clause in caveat.split("; "):
+            # An explanation already given for a configuration above is not repeated, only its figure.
+            head, paren, tail = clause.partition(" (")
+            clauses.append(head if paren and tail in seen else clause)
+            if paren:
+                seen.add(tail)
+        lines.append(f"    {config}: {'; '.join(clauses)}")
+    return lines
 
 
 PARTS = (("S", "steps"), ("E", "evals"), ("C", "saves"), ("R", "restarts"), ("X", "export"), ("m", "margin"))
@@ -175,6 +196,7 @@ def plan_lines(plan: Plan) -> list[str]:
         lines.append(f"  not planned: {n.id} ({n.cause}): {n.reason}")
     for a in p.assumptions:
         lines.append(f"  assumes: {a}")
+    lines += range_notes(p.order)
     return lines + rental_lines(plan) + plan_view_lines(plan.estimate)
 
 
