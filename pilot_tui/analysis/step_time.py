@@ -198,15 +198,31 @@ def pilot_speeds(rows: Sequence[Mapping[str, Any]]) -> list[float]:
     return out
 
 
+def run_spread(details: Mapping[str, Any], updates: int | None) -> float | None:
+    """The relative half-width the means of timed stretches of `updates` updates showed in one
+    steady row (None where it timed fewer than `MIN_WINDOWS` of them): the machine's own drift
+    over a run that long, which holds for every configuration timed on the same machine."""
+    mean = _num(details.get("step_s_mean"))
+    windows = window_half_width(_positives(details.get("step_times_s")), updates)
+    if windows is None or mean is None or mean <= 0:
+        return None
+    return windows[0] / mean
+
+
 def step_range(
-    details: Mapping[str, Any], updates: int | None = None, speeds: Sequence[float] = ()
+    details: Mapping[str, Any],
+    updates: int | None = None,
+    speeds: Sequence[float] = (),
+    borrowed_spread: float | None = None,
 ) -> StepRange | None:
     """The per-update range from a steady row's details, for a run of `updates` steady updates
     (None: the mean's own interval), never narrower than the stretches of that run's length
     recorded in `step_times_s` show (`window_half_width`); None for a row that recorded no
     interval (records made before steady timed to a precision). `speeds`: the reference timings of the rest of the
     pilot (`pilot_speeds`): a machine whose speed moved during the pilot may run the real run at
-    any of those speeds, so the range spans them too.
+    any of those speeds, so the range spans them too. `borrowed_spread`: another configuration's
+    `run_spread` on the same machine, for a row timed only to its precision (the memory variants
+    leave the stretches to the control): the range is never narrower than that share of the mean.
 
     [mean − w, mean + w] with w the half-width for that run (`run_half_width`), then on a CPU
     × (1 − share) at the low end and × (1 + share) at the high end, where share is the measured `runqueue_share` of the timed loop: on an idle machine
@@ -231,6 +247,8 @@ def step_range(
     half = run_half_width(ci, n, updates)
     # A run short enough for steady to have timed several stretches of it: their means' spread.
     windows = window_half_width(_positives(details.get("step_times_s")), updates)
+    if windows is None and borrowed_spread is not None and updates and updates >= 2:
+        windows = (borrowed_spread * mean, 0)  # k 0: the stretches were another configuration's
     widened_by_windows = windows is not None and windows[0] > half
     if windows is not None:
         half = max(half, windows[0])
@@ -240,7 +258,12 @@ def step_range(
     target = _num(details.get("step_s_precision_target"))
     parts = [f"±{precision:.1%} at 95 % confidence over {n} timed updates"]
     # Worth saying only where it widens the range: a run not many times longer than the timing.
-    if widened_by_windows and windows is not None:
+    if widened_by_windows and windows is not None and windows[1] == 0:
+        parts.append(
+            f"±{half / mean:.1%} for a run of {updates:,} updates: the control's timed stretches of "
+            "that length varied that much on this machine"
+        )
+    elif widened_by_windows and windows is not None:
         parts.append(
             f"±{half / mean:.1%} for a run of {updates:,} updates: the means of {windows[1]} timed "
             f"stretches of {updates:,} updates each varied that much"

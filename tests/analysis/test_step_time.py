@@ -17,6 +17,7 @@ from pilot_tui.analysis.step_time import (
     step_range,
     t975,
     updates_needed,
+    run_spread,
     window_half_width,
 )
 
@@ -226,6 +227,28 @@ def test_a_short_runs_range_holds_the_drift_that_stretches_of_its_length_show():
     assert held_blocks / trials <= 0.85
     assert held_windows / trials >= 0.95
     assert "the means of 5 timed stretches of 40 updates each" in windows.caveat
+
+
+def test_a_variant_timed_to_its_precision_borrows_the_controls_drift_over_the_run():
+    """The memory variants stop at their precision, leaving the stretches to the control: the
+    drift a run that long shows is the machine's, so their ranges hold the same share of it."""
+    rng = random.Random(5)
+    held_alone = held_borrowed = 0
+    trials = 300
+    for _ in range(trials):
+        control = drifting(rng, rng.uniform(0, 1000), 200)
+        spread = run_spread(details(step_s_mean=sum(control) / 200, step_times_s=control), 40)
+        assert spread == pytest.approx(window_half_width(control, 40)[0] / (sum(control) / 200))
+        variant = drifting(rng, rng.uniform(0, 1000), 60, mean=0.02)  # twice as slow, timed briefly
+        iv = mean_interval(variant)
+        d = details(step_s_mean=iv.mean_s, step_s_ci95=iv.ci95_s, timed_updates=iv.n)
+        alone, borrowed = step_range(d, updates=40), step_range(d, updates=40, borrowed_spread=spread)
+        assert alone is not None and borrowed is not None
+        future = sum(drifting(rng, rng.uniform(0, 1000), 40, mean=0.02)) / 40
+        held_alone += alone.low_s <= future <= alone.high_s
+        held_borrowed += borrowed.low_s <= future <= borrowed.high_s
+    assert held_borrowed / trials >= 0.95 > held_alone / trials
+    assert "the control's timed stretches of that length" in borrowed.caveat
 
 
 def test_without_a_drift_the_stretches_widen_a_short_runs_range_little():

@@ -17,7 +17,7 @@ from ...core.accounting import account
 from ...core.rows import PhaseRow
 from ...core.spec import CampaignSpec
 from ...core.verdict import FAIL
-from ..step_time import pilot_speeds, step_range
+from ..step_time import pilot_speeds, run_spread, step_range
 from .inputs import Facts, step_key
 from .rental import Disk, Restart, SaveTimeout, Throughput, disk, restart, save_timeout, throughput
 from .sheet import ChoiceSheet, Configuration
@@ -179,7 +179,12 @@ def duration(row: PhaseRow | None, default: float = 0.0) -> float:
     return default if row is None or row.duration_s is None else row.duration_s
 
 
-def interval(run: PlannedRun, steady: PhaseRow | None, speeds: Sequence[float] = ()) -> Interval | None:
+def interval(
+    run: PlannedRun,
+    steady: PhaseRow | None,
+    speeds: Sequence[float] = (),
+    control: PhaseRow | None = None,
+) -> Interval | None:
     """The total time as a range: every steady update at the low, then at the high step time.
 
     Startup, evaluation, saves and export are kept as measured; the safety margin scales with the
@@ -188,7 +193,13 @@ def interval(run: PlannedRun, steady: PhaseRow | None, speeds: Sequence[float] =
     if steady is None or run.updates < 1:
         return None
     p10, p90 = steady.detail("step_time_p10_s"), steady.detail("step_time_p90_s")
-    span = step_range(steady.details, run.updates - 1, speeds)  # the run's updates after its first
+    # A variant timed to its precision only: the control's stretches tell how a run this long drifts.
+    borrowed = (
+        run_spread(control.details, run.updates - 1)
+        if control is not None and control is not steady
+        else None
+    )
+    span = step_range(steady.details, run.updates - 1, speeds, borrowed)  # the run's updates after its first
     if span is None and (p10 <= 0 or p90 <= 0):
         return None
     lo, hi = (span.low_s, span.high_s) if span is not None else (p10, p90)
@@ -397,7 +408,13 @@ def package_plan(
         )
         order.append(
             dataclasses.replace(
-                placed, interval=interval(placed, facts.rows.get(step_key("steady", run.id)), speeds)
+                placed,
+                interval=interval(
+                    placed,
+                    facts.rows.get(step_key("steady", run.id)),
+                    speeds,
+                    facts.rows.get(step_key("steady", "control")),
+                ),
             )
         )
         start += run.total_s
