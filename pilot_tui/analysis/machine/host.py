@@ -100,7 +100,13 @@ def disks(locations: Sequence[Location]) -> Check:
         need = sum(loc.need_bytes or 0 for loc in known)
         if not known:
             continue
-        writers = " + ".join(f"{loc.role} {loc.path} ({loc.need_what})" for loc in known)
+        writers = (
+            known[0].need_what
+            if len(known) == 1
+            else " + ".join(
+                f"{loc.role} {loc.path}: {size(loc.need_bytes or 0)}, {loc.need_what}" for loc in known
+            )
+        )
         if need > free:
             first = max(known, key=lambda loc: loc.need_bytes or 0)
             short.append(
