@@ -22,6 +22,7 @@ EXIT_BAD_INPUT = 2
 
 def campaign_request(path: Path, records: Path | None) -> Any:
     """A campaign's request: its loader, its writes, its largest batch if its task loads here."""
+    # After main() silenced library warnings: one printed while a task imports would break the one-line error.
     from ...core.spec import load_spec
     from ...tasks.loader import load_task
     from .batch import largest_batch_bytes
@@ -47,6 +48,7 @@ def campaign_request(path: Path, records: Path | None) -> Any:
 
 
 def run(data: dict[str, Any]) -> dict[str, Any]:
+    # After main() silenced library warnings: one printed while a task imports would break the one-line error.
     import torch
 
     from .check import MachineRequest, default_places, run_check
@@ -64,7 +66,7 @@ def run(data: dict[str, Any]) -> dict[str, Any]:
         )
     boundary = None
     if torch.cuda.is_available() and not data.get("host_only"):
-        from .cuda import CudaNvml
+        from .cuda import CudaNvml  # NVML and CUDA only where a GPU is
 
         boundary = CudaNvml()
     result = run_check(request, boundary)
@@ -72,6 +74,7 @@ def run(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The errors told as bad input; the task loader imports torch (see run).
     from ...core.spec import SpecError
     from ...tasks.loader import TaskError
 

@@ -55,7 +55,7 @@ class CudaNvml:
         self._nvml: Any = None
         self._handles: dict[int, Any] = {}
         try:
-            import pynvml
+            import pynvml  # optional: without NVIDIA's library the health figures are left out
 
             pynvml.nvmlInit()
             self._nvml = pynvml
