@@ -22,6 +22,8 @@ from .archive import task_file_state, write_archive
 from .estimate import add_parser as add_estimate
 from .estimate import run_estimate
 from .headless import run_headless
+from .machine import add_parser as add_machine
+from .machine import run_machine
 from .plan import print_plan
 from .report import print_compare, write_report
 
@@ -41,6 +43,7 @@ SUBCOMMANDS = (
     "conclude",
     "init",
     "estimate",
+    "machine",
     "agent",
 )
 # `export` is the phase that writes the artifact; the command that archives a record was called
@@ -157,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     con.add_argument("--decision", default="", help="the configuration kept, e.g. 'control'")
     _init_parser(sub)
     add_estimate(sub)
+    add_machine(sub)
     return p
 
 
@@ -219,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_headless(Session(args.campaign, args.records), keep_going=args.keep_going)
         if args.command == "estimate":
             return run_estimate(args)
+        if args.command == "machine":
+            return run_machine(args)
         if args.command == "continue":
             return run_headless(continue_session(args.record), keep_going=args.keep_going)
         if args.command == "open" and args.continue_record:

@@ -71,6 +71,14 @@ _TABLE: list[PhaseInfo] = [
         "per-GPU memory of each configuration under fake tensors, before any weight is loaded",
         "docs/estimate.md",
     ),
+    # The rented machine itself: its disks, shared memory and cores against what the run needs, its
+    # GPUs against their datasheets, their peers and the link NVML reports (R30).
+    PhaseInfo(
+        "machine",
+        "stack",
+        "the machine: disks, /dev/shm and cores against the run's needs; GPUs against datasheets and peers",
+        "docs/machine.md",
+    ),
     PhaseInfo(
         "inspect",
         "data",
