@@ -148,8 +148,8 @@ class PhasesSpec:
     # a second of a steady loop can sit inside one stretch of a VM whose speed moves.
     steady_updates: int = 10
     steady_precision: float = 0.03
-    steady_budget_s: float = 10.0
-    steady_min_s: float = 2.0
+    steady_budget_s: float = 6.0
+    steady_min_s: float = 1.5
     eval_microbatch: int = 0
     skip: list[str] = field(default_factory=list)
 
