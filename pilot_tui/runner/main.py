@@ -37,6 +37,7 @@ from ..core.reasons import exception_line
 from ..core.spec import SpecError, _line_of, load_spec
 from ..core.steps import campaign_steps, find_step
 from ..tasks.loader import TaskError, load_task
+from .processes import template
 from .processes.determinism import apply_spawn_env
 from .processes.lifetime import die_with_parent, exit_without_collecting
 
@@ -178,6 +179,9 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
 
     try:
         loaded = load_spec(cmd.spec_path)
+        # The fresh processes' imports, paid now in a process of their own while the task (or
+        # the script's capture) is built here: processes/template.py.
+        template.warm(trainer=loaded.spec.task.captures_trainer)
         # Hashed before the import: fresh worker processes refuse a task file edited since.
         task_sha = task_file_sha256(loaded)
         if loaded.spec.task.captures_trainer:
@@ -303,6 +307,15 @@ def serve(
     `holder` shares the open context and whether a step runs with the counters thread. Returns
     True when it ended because a step poisoned the CUDA context (the process must end too).
     """
+    try:
+        return _serve(commands, emit, cancel, holder)
+    finally:
+        template.close()  # the template's children have all been waited for by their phases
+
+
+def _serve(
+    commands: queue.Queue, emit: Callable[[WireMessage], None], cancel: threading.Event, holder: dict
+) -> bool:
     ctx = None
     while True:
         cmd = commands.get()

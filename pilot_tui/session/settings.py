@@ -18,7 +18,10 @@ from dataclasses import dataclass
 
 PREFIX = "PILOT_TUI_"
 # `PILOT_TUI_*` variables that are no timeout, read where they are used.
-OTHER_VARIABLES = ("PILOT_TUI_LAUNCHER",)  # core/launch.py
+OTHER_VARIABLES = (
+    "PILOT_TUI_LAUNCHER",  # core/launch.py
+    "PILOT_TUI_NO_TEMPLATE",  # runner/processes/template.py
+)
 
 
 class SettingsError(ValueError):

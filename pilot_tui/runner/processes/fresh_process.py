@@ -35,8 +35,10 @@ from ..context import RunContext, pick_device
 from ..distributed import state as dist_state
 from ..loop.checkpoint import detached_copies
 from ..safe_load import UnsafeLoadError, load_tensors
+from . import template
 from .determinism import apply_spawn_env
 from .lifetime import die_with_parent, exit_without_collecting
+from .template import TemplateChild
 
 EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
 RESULT_FILE = "result.json"
@@ -61,9 +63,11 @@ SAID_PERIOD_S = 1.0
 class FreshProcess:
     """A started worker process; `wait()` returns its result and the seconds it took."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[str] | TemplateChild
     out_dir: Path
     started: float
+    # "template": forked from the runner's template process (its imports already paid); "exec".
+    how: str = "exec"
 
     def wait(
         self, ctx: RunContext | None = None, timeout_s: float = 600.0, said: Said | None = None
@@ -144,6 +148,14 @@ def start_fresh_process(module: str, args: Sequence[str], out_dir: Path, nproc: 
         torchrun = ["--standalone", "--nproc_per_node", str(nproc), "--max-restarts", "0"]
         torchrun += ["--monitor-interval", "0.2", *torchrun_script(module), *args]
         command = module_command("torch.distributed.run", torchrun)
+    tmpl = template.current()
+    if nproc == 1 and tmpl is not None:
+        # The same command, forked from the template that already imported torch (template.py).
+        try:
+            child = tmpl.start(module, args, env, out_dir)
+            return FreshProcess(child, out_dir, time.monotonic(), how="template")
+        except OSError:  # the template died: the plain way, as without one
+            pass
     proc = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
