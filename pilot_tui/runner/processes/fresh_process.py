@@ -42,6 +42,10 @@ from .template import TemplateChild
 
 EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
 RESULT_FILE = "result.json"
+START_WORDS = {
+    "template": "forked from the template process (torch and the libraries already imported)",
+    "exec": "started as python -m (imports paid in the process)",
+}
 
 
 class FreshProcessFailed(Exception):
@@ -106,7 +110,10 @@ class FreshProcess:
         result_path = self.out_dir / RESULT_FILE
         if not result_path.is_file():
             raise FreshProcessFailed(f"the fresh process wrote no {RESULT_FILE}", 0, lines[-10:])
-        return json.loads(result_path.read_text()), seconds
+        result = json.loads(result_path.read_text())
+        # How it started, for its row: forked from the template (imports paid) or `python -m`.
+        result["process_start"] = START_WORDS[self.how]
+        return result, seconds
 
     def kill(self) -> None:
         if self.proc.poll() is None:

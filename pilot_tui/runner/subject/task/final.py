@@ -158,6 +158,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
         "comparison": "bitwise" if exact else f"logits within {tol:g}",
         "replays": replays,
         "fresh_process_s": round(seconds, 3),
+        "fresh_process_start": result.get("process_start", ""),
         "serving": result.get("serving", {}),
     }
     bad = next((c for c in replays if not c["same"]), None)

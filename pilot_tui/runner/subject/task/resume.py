@@ -283,6 +283,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         "break_resume": breaking or None,
         "new_process": {
             "seconds": round(worker_s, 3),
+            "start": result.get("process_start", ""),
             "threads": torch.get_num_threads(),
             "inside_s": {key: round(v, 4) for key, v in result.get("timings_s", {}).items()},
         },

@@ -329,6 +329,7 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     ]
     details = {
         "reload_process_s": seconds,
+        "reload_process_start": result.get("process_start", ""),
         "logits_max_abs_diff": diff,
         "controls": [
             {"input": t, "output": _reply(adapter_of(ctx), a)}

@@ -156,6 +156,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         "checkpoint": str(checkpoint),
         "steps": compared,
         "resume_process_s": seconds,
+        "resume_process_start": result.get("process_start", ""),
         "causes": causes,
         "compared": "loss, grad_norm, learning_rate (float.hex) and a sha256 of every parameter, per step",
     }
