@@ -3,10 +3,11 @@ the step it runs (`PhaseRun`) and what it hands back (`Outcome`, or a `PhaseFail
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,12 @@ class PhaseFailure(Exception):
         super().__init__(reason)
         self.reason = reason
         self.details = details or {}
+
+
+# The memo key of the step a phase body is running (set by phases/base.py: execute).
+CURRENT_STEP = "runner.current_step"
+# A wait shorter than this says nothing: most model builds take a fraction of a second.
+SAY_AFTER_S = 2.0
 
 
 @dataclass
@@ -231,19 +238,44 @@ class RunContext:
             return self.max_length
         return dimensions.control_value(self.spec, d)
 
+    @contextlib.contextmanager
+    def saying(self, what: str, after_s: float = SAY_AFTER_S) -> Iterator[None]:
+        """While a long call runs inside a step (a model that takes seconds to build), the step's
+        line says what it does, its seconds counted each second once `after_s` have passed."""
+        step = self.memo.get(CURRENT_STEP)
+        if step is None:
+            yield
+            return
+        stop, t0 = threading.Event(), time.monotonic()
+
+        def tick() -> None:
+            while not stop.wait(1.0):
+                waited = time.monotonic() - t0
+                if waited >= after_s:
+                    self.emit(PhaseProgress(step=step, done=0, total=1, message=f"{what} ({waited:.0f} s)"))
+
+        ticker = threading.Thread(target=tick, daemon=True, name="saying")
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+
     def new_state(self, config: TrainConfig) -> TrainState:
         o = self.spec.optim
-        return build_state(
-            self.task,
-            config,
-            self.splits["train"],
-            self.device,
-            weight_decay=o.weight_decay,
-            warmup=o.warmup_updates,
-            schedule=o.schedule,
-            drop_last=self.spec.batch.drop_last,
-            data_seed=self.spec.split.seed + config.seed,
-        )
+        with self.saying("building the model and its optimizer"):
+            return build_state(
+                self.task,
+                config,
+                self.splits["train"],
+                self.device,
+                weight_decay=o.weight_decay,
+                warmup=o.warmup_updates,
+                schedule=o.schedule,
+                drop_last=self.spec.batch.drop_last,
+                data_seed=self.spec.split.seed + config.seed,
+            )
 
     def state(self, variant: str, config: TrainConfig | None = None) -> TrainState:
         """The variant's training state, built fresh (same seed) the first time it is needed."""

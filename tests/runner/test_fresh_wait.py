@@ -21,3 +21,28 @@ def test_the_final_reload_says_what_it_waits_for(write_campaign, tmp_path):
     said = [e.message for e in events if isinstance(e, PhaseProgress) and e.step == "final"]
     assert said and all(m.startswith("reloading the export in a new process (") for m in said), said
     assert said[0].endswith(" s)")
+
+
+def test_a_slow_model_build_says_so_and_counts_its_seconds(write_campaign, tmp_path):
+    """A user's model that takes seconds to build (weights read from a slow disk, say): the load
+    step's line says what it waits for instead of staying silent."""
+    import dataclasses
+    import time
+
+    loaded = load_spec(write_campaign(drop=("variants", "lr_board")))
+    task = load_task(loaded)
+    build = task.build_model
+
+    def slow_build():
+        time.sleep(3.5)
+        return build()
+
+    events: list = []
+    slow = dataclasses.replace(task, build_model=slow_build)
+    ctx = RunContext(loaded, slow, pick_device("cpu"), events.append, tmp_path / "work")
+    assert execute(ctx, Step.of("load"), {})["verdict"] != "fail"
+    said = [e.message for e in events if isinstance(e, PhaseProgress) and e.step == "load"]
+    building = [m for m in said if m.startswith("building the model and its optimizer (")]
+    assert building and building[0].endswith(" s)"), said
+    # Nothing before the wait is worth a line (2 s); then one a second.
+    assert 1 <= len(building) <= 3, building

@@ -18,7 +18,7 @@ from ...core.reasons import exception_line, message_line
 from ...core.rows import phase_row
 from ...core.steps import Step
 from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, WARN, worst
-from ..context import Cancelled, Outcome, PhaseFailure, PhaseRun, RunContext, finite
+from ..context import CURRENT_STEP, Cancelled, Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ..memory import probes
 from ..memory.cuda_fault import POISONED, is_sticky
 from ..memory.faults import disk_full_reason, is_cpu_oom, is_disk_full
@@ -189,6 +189,7 @@ def execute(
     outcome = Outcome()
     deadline = None
     fence = GlobalState.now()  # what the phase found: put back after it, whatever happens inside
+    ctx.memo[CURRENT_STEP] = step.key  # a long call inside says so on this step's line (ctx.saying)
     try:
         if poison is not None:
             raise PhaseFailure("not run: the CUDA context was already poisoned")
