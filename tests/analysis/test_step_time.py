@@ -13,11 +13,11 @@ from pilot_tui.analysis.step_time import (
     MIN_WINDOWS,
     mean_interval,
     pilot_speeds,
+    run_spread,
     speed_moved,
     step_range,
     t975,
     updates_needed,
-    run_spread,
     window_half_width,
 )
 

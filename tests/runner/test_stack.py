@@ -106,7 +106,11 @@ def test_a_passing_campaign_keeps_the_control_and_plans_it(tmp_path: Path):
     sheet, package = data["plan"]["sheet"], data["plan"]["package"]
     assert sheet["kept"] == "control" and sheet["stack_status"] == "pass"
     assert "RSS" in sheet["memory_basis"]
-    peak = max(r["memory"]["peak_rss_mb"] for r in data["phases"] if r["name"] not in ("stack", "estimate", "machine"))
+    peak = max(
+        r["memory"]["peak_rss_mb"]
+        for r in data["phases"]
+        if r["name"] not in ("stack", "estimate", "machine")
+    )
     assert sheet["peak_mb"] == round(peak, 1)
     (planned,) = package["order"]
     steady = next(r for r in data["phases"] if r["step"] == "steady")

@@ -25,7 +25,19 @@ from pilot_tui.session.driver import Session
 from pilot_tui.tasks.loader import load_task
 
 # Engine and closing phases the variant checks do not need (each one costs seconds).
-SKIP = ["stack", "estimate", "inspect", "split", "overfit", "save", "export", "lr_run", "resume", "final"]
+SKIP = [
+    "stack",
+    "estimate",
+    "machine",
+    "inspect",
+    "split",
+    "overfit",
+    "save",
+    "export",
+    "lr_run",
+    "resume",
+    "final",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -32,16 +32,16 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "trainer_scripts"
 # Small, fast gates: a handful of updates, a tiny overfit subset, resume 2 + 2.
 FAST: dict[str, Any] = {
     # The fake-tensor estimate takes ~20 s on a loaded CPU: run once, by the plain Trainer's campaign.
-    "phases": {"steady_updates": 3, "skip": ["estimate"]},
+    "phases": {"steady_updates": 3, "skip": ["estimate", "machine"]},
     "overfit": {"examples": 4, "max_steps": 80, "lr": 0.01},
     "resume": {"k": 2, "n": 2},
 }
 # A broken twin is about the gate it fails: the later, costly phases are skipped, and the
 # estimate (a `phases` given here replaces FAST's, whose skip holds it).
-LATER = ["estimate", "overfit", "steady", "eval_longest", "save", "export", "resume", "final"]
+LATER = ["estimate", "machine", "overfit", "steady", "eval_longest", "save", "export", "resume", "final"]
 # The final reload of a trainer's export (a new process loading the tiny causal LM) is the same
 # for every script: the plain and chat campaigns check it; the others skip it.
-NO_FINAL = {"steady_updates": 3, "skip": ["estimate", "final"]}
+NO_FINAL = {"steady_updates": 3, "skip": ["estimate", "machine", "final"]}
 
 
 def _tiny_assets():

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 # Only what the Batch pane draws: the data gates (the capture itself happens at the runner's start).
 LATER = [
     "estimate",
+    "machine",
     "split",
     "overfit",
     "load",

@@ -15,7 +15,7 @@ WORLD = 2
 # Only what DDP changes: the capture on every rank, the first update, the timed steady updates.
 ON_RANKS = ["load", "first_step", "steady"]
 OTHERS = [
-    "stack", "estimate", "inspect", "split", "overfit", "eval_longest", "save", "export",
+    "stack", "estimate", "machine", "inspect", "split", "overfit", "eval_longest", "save", "export",
     "lr_run", "resume", "final",
 ]  # fmt: skip
 

@@ -82,7 +82,7 @@ def test_every_phase_of_a_task_campaign_leaves_the_state_as_found(watched, write
         {
             "lr_board": BOARD | {"control": 1e-4, "variants": [2e-4], "seeds": [3]},
             "overfit": {"max_steps": 20},
-            "phases": {"skip": ["estimate"]},
+            "phases": {"skip": ["estimate", "machine"]},
         }
     )
     out = io.StringIO()
@@ -119,6 +119,7 @@ def test_without_the_fence_the_boards_seed_reaches_the_next_phase(
         phases={
             "skip": [
                 "estimate",
+                "machine",
                 "inspect",
                 "split",
                 "overfit",

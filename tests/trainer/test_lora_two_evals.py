@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 # The gates this script adds something to; the others run in the plain Trainer's campaign (its
 # estimate too: a peft model's is counted in test_trainer_estimate.py, in this process).
-SKIP = ["estimate", "overfit", "steady", "save", "export", "resume", "final"]
+SKIP = ["estimate", "machine", "overfit", "steady", "save", "export", "resume", "final"]
 
 
 def _args(tiny) -> list[str]:

@@ -40,7 +40,7 @@ def dpo(tiny, preference, tmp_path_factory):
         "dpo.py",
         _args(tiny, preference),
         in_process=True,
-        phases={"steady_updates": 3, "skip": ["estimate", "resume", "final"]},
+        phases={"steady_updates": 3, "skip": ["estimate", "machine", "resume", "final"]},
     )
 
 

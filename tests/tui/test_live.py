@@ -21,7 +21,7 @@ from .fake_nvml import NoDriverNvml
 from .test_readable import screen_text
 from .waiting import wait_for
 
-SKIP = ["stack", "estimate", "inspect", "split", "overfit", "lr_run", "resume", "final"]
+SKIP = ["stack", "estimate", "machine", "inspect", "split", "overfit", "lr_run", "resume", "final"]
 
 
 def gone(pid: int) -> bool:

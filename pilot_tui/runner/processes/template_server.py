@@ -26,6 +26,8 @@ import sys
 import traceback
 from typing import Any
 
+from .lifetime import die_with_parent
+
 REQUEST_BYTES = 1 << 20
 POLL_S = 0.05
 
@@ -114,8 +116,6 @@ def serve(sock: socket.socket) -> None:
 
 def main() -> int:
     fd, modules = int(sys.argv[1]), sys.argv[2:]
-    from .lifetime import die_with_parent
-
     die_with_parent()
     sock = socket.socket(fileno=fd)
     failed = []

@@ -93,7 +93,8 @@ def handed_back(result: dict[str, Any], phases: list[str], failure: str, seconds
     not finish fails with the process's last line, the rows before it are kept."""
     capture = dict(result.get("capture") or {})
     capture |= {"process_s": round(seconds, 4), "process_peak_rss_mb": result.get("process_peak_rss_mb")}
-    capture["process_start"] = result.get("process_start", "")
+    if result.get("process_start"):  # absent when the process died before its result
+        capture["process_start"] = result["process_start"]
     kept: dict[str, Any] = {row["name"]: row | {"capture": capture} for row in result.get("rows", [])}
     what = (
         f"the fresh capture's process ended after {', '.join(kept)}"
