@@ -1,0 +1,169 @@
+"""Time to a verdict: piloting a training script against running it plainly, side by side.
+
+    .venv/bin/python benchmarks/time_to_verdict.py [--script trl-sft|plain_trainer.py] [--rounds 1]
+
+Each round, on tiny local assets (a 2-layer Llama, chat and prompt-completion data; nothing from a
+hub) and the same arguments:
+
+1. *plain*: the script as its user runs it, `python SCRIPT args` (TRL's own `trl/scripts/sft.py`
+   from the installed package, run in place; or one of tests/data/trainer_scripts), wall time from
+   the command to its exit;
+2. *piloted*: `pilot-tui init --trainer SCRIPT -- args` then `pilot-tui run campaign.toml
+   --headless`, wall time of the run, with the per-phase breakdown read from its record.
+
+Prints both times, the ratio piloted / plain (target ≤ 1.5), and where the pilot's time went
+(each phase's seconds, the fresh processes and how they started). The machine's load average is
+printed with each round: other work on the machine moves both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+import tomli_w
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "tests" / "data" / "trainer_scripts"
+STEPS = 8
+
+
+def tiny_assets(folder: Path) -> object:
+    spec = importlib.util.spec_from_file_location("tiny_assets", SCRIPTS / "tiny_assets.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tiny_assets"] = module
+    spec.loader.exec_module(module)
+    return module.build(folder)
+
+
+def trl_sft(tiny: object, folder: Path) -> tuple[Path, list[str]]:
+    import trl
+
+    rows = [json.loads(line) for line in Path(tiny.chat).read_text().splitlines()]  # type: ignore[attr-defined]
+    data = folder / "data"
+    data.mkdir(exist_ok=True)
+    cut = int(len(rows) * 0.85)
+    for name, part in (("train", rows[:cut]), ("test", rows[cut:])):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    args = [
+        "--model_name_or_path", str(tiny.model),  # type: ignore[attr-defined]
+        "--dataset_name", str(data),
+        "--output_dir", "out",
+        "--max_steps", str(STEPS),
+        "--per_device_train_batch_size", "2",
+        "--learning_rate", "1e-3",
+        "--bf16", "false",
+        "--eval_strategy", "steps",
+        "--eval_steps", "4",
+        "--report_to", "none",
+        "--assistant_only_loss", "true",  # chat data: the replies are what is learnt (inspect's gate)
+    ]  # fmt: skip
+    return Path(trl.__file__).parent / "scripts" / "sft.py", args
+
+
+def own_script(tiny: object, name: str) -> tuple[Path, list[str]]:
+    args = [
+        "--model", str(tiny.model),  # type: ignore[attr-defined]
+        "--data", str(tiny.prompt_completion),  # type: ignore[attr-defined]
+        "--output_dir", "out",
+    ]  # fmt: skip
+    return SCRIPTS / name, args
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, start_new_session=True)
+    return time.perf_counter() - t0, done
+
+
+def one_round(script: Path, args: list[str], folder: Path, env: dict[str, str]) -> dict:
+    plain_dir, pilot_dir = folder / "plain", folder / "pilot"
+    plain_dir.mkdir()
+    pilot_dir.mkdir()
+    plain_s, plain = timed([sys.executable, str(script), *args], plain_dir, env)
+    if plain.returncode != 0:
+        raise SystemExit(f"the plain script failed: {plain.stderr[-800:]}")
+    cli = [sys.executable, "-m", "pilot_tui"]
+    init = subprocess.run(
+        [*cli, "init", "--trainer", str(script), "--out", "campaign.toml", "--", *args],
+        cwd=pilot_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if init.returncode != 0:
+        raise SystemExit(f"init failed: {init.stdout[-400:]} {init.stderr[-800:]}")
+    raw = tomllib.loads((pilot_dir / "campaign.toml").read_text())
+    (pilot_dir / "campaign.toml").write_text(tomli_w.dumps(raw))
+    pilot_s, run = timed([*cli, "run", "campaign.toml", "--headless", "--records", "records"], pilot_dir, env)
+    records = glob.glob(str(pilot_dir / "records" / "*.toml"))
+    if not records:
+        raise SystemExit(f"the pilot wrote no record: {run.stdout[-800:]} {run.stderr[-800:]}")
+    record = tomllib.loads(Path(records[0]).read_text())
+    return {"plain_s": plain_s, "pilot_s": pilot_s, "pilot_rc": run.returncode, "record": record}
+
+
+def breakdown(record: dict) -> list[str]:
+    rows = record.get("phases", [])
+    out = []
+    for r in sorted(rows, key=lambda r: -float(r.get("duration_s") or 0)):
+        d = r.get("details", {})
+        start = (
+            d.get("resume_process_start")
+            or d.get("reload_process_start")
+            or (d.get("capture") or {}).get("process_start")
+            or ""
+        )
+        how = f" ({start.split(' (')[0]})" if start else ""
+        out.append(f"  {r['step']:<24} {float(r.get('duration_s') or 0):7.2f} s {r['verdict']}{how}")
+    total = sum(float(r.get("duration_s") or 0) for r in rows)
+    out.append(f"  {'sum of rows':<24} {total:7.2f} s")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--script", default="trl-sft", help="trl-sft, or a file of tests/data/trainer_scripts"
+    )
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="time-to-verdict-") as tmp:
+        tiny = tiny_assets(Path(tmp) / "tiny")
+        for i in range(args.rounds):
+            folder = Path(tmp) / f"round{i}"
+            folder.mkdir()
+            if args.script == "trl-sft":
+                script, script_args = trl_sft(tiny, folder)
+            else:
+                script, script_args = own_script(tiny, args.script)
+            r = one_round(script, script_args, folder, env)
+            ratio = r["pilot_s"] / r["plain_s"]
+            ratios.append(ratio)
+            print(
+                f"round {i + 1}: {script.name}: plain {r['plain_s']:.1f} s, piloted {r['pilot_s']:.1f} s "
+                f"(exit {r['pilot_rc']}): piloted / plain {ratio:.2f} (target ≤ 1.5); "
+                f"load average {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+            print("\n".join(breakdown(r["record"])), flush=True)
+    ratios.sort()
+    print(f"median piloted / plain over {len(ratios)} round(s): {ratios[len(ratios) // 2]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
