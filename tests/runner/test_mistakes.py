@@ -620,3 +620,21 @@ def test_replies_that_run_on_are_blamed_on_the_stop_ids_only_where_the_data_says
     assert "every one of 40 training replies ends with a stop id" in ran_on["note"]
     (warned,) = generation_warnings(found(), ["ab"], (0, 40))
     assert "40 of 40 training replies end with another token than the stop ids" in warned
+
+
+def test_a_custom_attention_kernel_with_wrong_gradients_fails_first_step_and_its_twin_passes(tmp_path):
+    """Numerics A/B: the run's own attention kernel against eager attention on the same weights."""
+    pytest.importorskip("transformers")
+    bad = pilot(tmp_path, "hf_custom_attention", "first_step", {"kernel": "wrong"})
+    assert bad["verdict"] == "fail", bad["reason"]
+    assert "the attention implementation 'user_attention' (against 'eager')" in bad["reason"], bad["reason"]
+    # The mask it ignores also makes a padded microbatch differ from an unpadded one: the kernel is
+    # named first, not the loss normalisation.
+    assert bad["reason"].startswith("one batch through the run's configuration"), bad["reason"]
+    found = bad["details"]["numerics"]
+    assert not found["within"] and found["worst_cosine"] < 0.99
+    good = pilot(tmp_path, "hf_custom_attention", "first_step", {"kernel": "right"})
+    assert good["verdict"] == "pass", good["reason"]
+    numerics = good["details"]["numerics"]
+    assert numerics["within"] and numerics["attention"] == "user_attention"
+    assert numerics["loss_relative_difference"] < 1e-5 and numerics["worst_cosine"] > 0.9999

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ...analysis.checks import Check
 from ...core.verdict import FAIL, PASS, WARN
+from ..checks.numerics import describe, run_ab
 from ..checks.precision import rounded_away
 from ..context import RunContext
 from .base import Outcome, PhaseRun, check, phase
@@ -47,3 +48,15 @@ def precision_at_the_runs_lr(ctx: RunContext, run: PhaseRun, outcome: Outcome) -
     verdict = FAIL if found.share >= ROUNDED_AWAY_FAIL else WARN
     what = "the run barely trains" if verdict == FAIL else "much of every update is lost"
     return Check("precision_at_lr", verdict, f"{said}: {what} — {cure}", found.rounded)
+
+
+@check(on="first_step")
+def numerics_against_a_plain_reference(ctx: RunContext, run: PhaseRun, outcome: Outcome) -> Check | None:
+    """One batch through the run's configuration (its attention, compiled or not, its autocast)
+    against the same weights run plainly: a kernel that computes the wrong gradient fails here."""
+    probe = ctx.training.numerics_probe(ctx, run.step.variant)
+    if probe is None:
+        return None
+    found = run_ab(probe)
+    outcome.details["numerics"] = found
+    return describe(found)

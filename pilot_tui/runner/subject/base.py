@@ -111,6 +111,11 @@ class Training(ABC):
     def load(self, ctx: RunContext, run: PhaseRun) -> Loaded:
         """The weights as the run starts from them."""
 
+    def numerics_probe(self, ctx: RunContext, variant: str) -> Any:
+        """One batch, the module and its loss for the numerics A/B (checks/numerics.py: Probe);
+        None where this training offers none."""
+        return None
+
     @abstractmethod
     def optimizer(self, ctx: RunContext, variant: str) -> Any:
         """The optimizer stepping the variant's model, as the last update left it (None before

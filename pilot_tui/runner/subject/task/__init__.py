@@ -15,11 +15,12 @@ from typing import Any
 import torch
 
 from ....core.spec import FitSearchSpec
+from ...checks.numerics import Probe
 from ...context import Outcome, PhaseRun, RunContext
 from ...memory.estimate.campaign import task_campaign_source
 from ...memory.estimate.fake_run import ModelSource
 from ..base import InspectionInput, Loaded, Training
-from . import artifacts, board, data_gates, eval_longest, final, fit, resume, tiny_subset, updates
+from . import artifacts, board, data_gates, eval_longest, final, fit, numerics, resume, tiny_subset, updates
 
 
 class TaskTraining(Training):
@@ -47,6 +48,12 @@ class TaskTraining(Training):
     def optimizer(self, ctx: RunContext, variant: str) -> Any:
         state = ctx.states.get(variant)
         return state.optimizer if state is not None else None
+
+    def numerics_probe(self, ctx: RunContext, variant: str) -> Probe | None:
+        state = ctx.states.get(variant)
+        if state is None:
+            return None
+        return numerics.task_probe(ctx, state)
 
     def overfit(self, ctx: RunContext, run: PhaseRun) -> Outcome:
         return tiny_subset.overfit(ctx, run)

@@ -13,6 +13,7 @@ from ....analysis.loss_trend import loss_trend
 from ....analysis.step_time import mean_interval
 from ....core.verdict import WARN
 from ...checks import finiteness
+from ...checks.numerics import describe, run_ab
 from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ...distributed import state as dist_state
 from ...loop import objective_gate
@@ -38,6 +39,7 @@ from ...timing.steady import (
     timing_message,
     timing_notes,
 )
+from . import numerics
 
 
 def optimizer_state_mb(state: TrainState) -> float:
@@ -187,6 +189,16 @@ def first_update(ctx: RunContext, run: PhaseRun) -> Outcome:
     details |= {name: objective_gate.public(c) for name, c in checks.items()}
     accumulated = checks["accumulation_check"]
     if accumulated["ran"] and not accumulated["_result"].ok:
+        # A kernel that computes something else (a mask ignored: a padded microbatch then differs
+        # from an unpadded one) also breaks the regrouping: name it, not the loss normalisation.
+        found = run_ab(numerics.task_probe(ctx, state))
+        if not found["within"]:
+            details["numerics"] = found
+            raise PhaseFailure(
+                f"{describe(found).message}; the update regrouped into other microbatches differs too "
+                f"({accumulated['message'].split(' — ')[0]}), which that component explains first",
+                details,
+            )
         raise PhaseFailure(accumulated["message"], details)
     found = gradless(state.model)
     details |= found
