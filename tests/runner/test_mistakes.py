@@ -638,3 +638,17 @@ def test_a_custom_attention_kernel_with_wrong_gradients_fails_first_step_and_its
     numerics = good["details"]["numerics"]
     assert numerics["within"] and numerics["attention"] == "user_attention"
     assert numerics["loss_relative_difference"] < 1e-5 and numerics["worst_cosine"] > 0.9999
+
+
+def test_packed_documents_that_see_each_other_warn_and_the_isolated_twin_passes(tmp_path):
+    """A hand-rolled packing collator: all-ones mask and running positions, against position restarts."""
+    pytest.importorskip("transformers")
+    bad = pilot(tmp_path, "lm_packing", "first_step", {"isolate": False})
+    packing = bad["details"]["packing"]
+    assert bad["verdict"] == "warn" and "packed documents see each other" in bad["reason"], bad["reason"]
+    assert packing["compared"] >= 1 and packing["worst_token_loss_gap"] > 1e-3 and packing["prompted_data"]
+    good = pilot(tmp_path, "lm_packing", "first_step", {"isolate": True})
+    assert good["verdict"] == "pass", good["reason"]
+    assert (
+        good["details"]["packing"]["isolated"] and good["details"]["packing"]["worst_token_loss_gap"] < 1e-4
+    )

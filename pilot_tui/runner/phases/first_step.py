@@ -60,3 +60,34 @@ def numerics_against_a_plain_reference(ctx: RunContext, run: PhaseRun, outcome: 
     found = run_ab(probe)
     outcome.details["numerics"] = found
     return describe(found)
+
+
+@check(on="first_step")
+def packed_documents_apart(ctx: RunContext, run: PhaseRun, outcome: Outcome) -> Check | None:
+    """A collator that packs documents into one row: each must score alone as it does in the pack."""
+    if "packing" in outcome.details:
+        return None  # measured by the update already (the regrouped update's difference explained)
+    found = ctx.training.packing_isolation(ctx, run.step.variant)
+    if not found:
+        return None
+    outcome.details["packing"] = found
+    if not found.get("compared"):
+        return Check(
+            "packing", PASS, "the collator packs documents; none could be found again in its pack to compare"
+        )
+    figures = (
+        f"{found['examples']} examples in {found['rows']} rows; {found['compared']} documents placed after "
+        f"another scored alone and in the pack: per-token losses {found['worst_token_loss_gap']:.2e} apart at most"
+    )
+    if found["isolated"]:
+        return Check("packing", PASS, f"packed documents do not see each other: {figures}")
+    said = (
+        f"packed documents see each other: {figures} (e.g. {found['worst_example'] or 'one'}) — the attention "
+        "reaches the previous document in the row; restart the positions at each document and let the "
+        "model mask by them (transformers: position_ids, no 2-D attention mask; flash-attention's varlen), "
+        "or pass a block-diagonal mask"
+    )
+    if found["prompted_data"]:
+        return Check("packing", WARN, said)
+    # Plain pretraining text is often packed on purpose across documents: said, not warned.
+    return Check("packing", PASS, f"note: {said}")

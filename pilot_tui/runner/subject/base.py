@@ -111,6 +111,11 @@ class Training(ABC):
     def load(self, ctx: RunContext, run: PhaseRun) -> Loaded:
         """The weights as the run starts from them."""
 
+    def packing_isolation(self, ctx: RunContext, variant: str) -> dict[str, Any] | None:
+        """Whether the documents its collator packs into one row see each other
+        (checks/packing.py); None where nothing is packed or this training cannot say."""
+        return None
+
     def numerics_probe(self, ctx: RunContext, variant: str) -> Any:
         """One batch, the module and its loss for the numerics A/B (checks/numerics.py: Probe);
         None where this training offers none."""

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ....core.spec import FitSearchSpec
+from ...checks import packing
 from ...checks.numerics import Probe
 from ...context import Outcome, PhaseRun, RunContext
 from ...memory.estimate.campaign import task_campaign_source
@@ -48,6 +49,16 @@ class TaskTraining(Training):
     def optimizer(self, ctx: RunContext, variant: str) -> Any:
         state = ctx.states.get(variant)
         return state.optimizer if state is not None else None
+
+    def packing_isolation(self, ctx: RunContext, variant: str) -> dict[str, Any] | None:
+        state = ctx.states.get(variant)
+        if state is None:
+            return None
+        cfg = state.config
+        # Enough rows for the collator to pack at least two documents together.
+        chosen = ctx.splits["train"][: max(cfg.microbatch, 4)]
+        rows = [ctx.task.examples[i] for i in chosen]
+        return packing.isolation(ctx.task, state.model, rows, cfg.max_length, ctx.device)
 
     def numerics_probe(self, ctx: RunContext, variant: str) -> Probe | None:
         state = ctx.states.get(variant)

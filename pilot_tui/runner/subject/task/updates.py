@@ -131,6 +131,35 @@ def _same_split_on_every_rank(ctx: RunContext) -> None:
         raise PhaseFailure(problem, {"split_digests": digests})
 
 
+def _regrouping_explained(
+    ctx: RunContext, state: TrainState, variant: str, message: str, details: dict[str, Any]
+) -> list[str]:
+    """The same update regrouped into other microbatches differs. Before blaming the loss's
+    normalisation, what else makes a microbatch's size matter is measured: a kernel that computes
+    something else (a mask ignored: a padded microbatch differs from an unpadded one) fails, named
+    first; packed documents that see each other (a pack holds other neighbours at another size)
+    warn, named first. Neither: the normalisation fault, as the check says."""
+    difference = message.split(" — ")[0]
+    found = run_ab(numerics.task_probe(ctx, state))
+    if not found["within"]:
+        details["numerics"] = found
+        raise PhaseFailure(
+            f"{describe(found).message}; the update regrouped into other microbatches differs too "
+            f"({difference}), which that component explains first",
+            details,
+        )
+    packed = ctx.training.packing_isolation(ctx, variant)
+    if packed and packed.get("compared") and not packed.get("isolated", True):
+        details["packing"] = packed
+        return [
+            f"packed documents see each other ({packed['compared']} compared alone and in the pack: per-token "
+            f"losses {packed['worst_token_loss_gap']:.2e} apart): the update regrouped into other microbatches "
+            f"differs too ({difference}) because a pack's neighbours change with its size — not a loss "
+            "normalisation fault; restart the positions at each document (or a block-diagonal mask)"
+        ]
+    raise PhaseFailure(message, details)
+
+
 def first_update(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
@@ -188,21 +217,12 @@ def first_update(ctx: RunContext, run: PhaseRun) -> Outcome:
         )
     details |= {name: objective_gate.public(c) for name, c in checks.items()}
     accumulated = checks["accumulation_check"]
+    warnings: list[str] = []
     if accumulated["ran"] and not accumulated["_result"].ok:
-        # A kernel that computes something else (a mask ignored: a padded microbatch then differs
-        # from an unpadded one) also breaks the regrouping: name it, not the loss normalisation.
-        found = run_ab(numerics.task_probe(ctx, state))
-        if not found["within"]:
-            details["numerics"] = found
-            raise PhaseFailure(
-                f"{describe(found).message}; the update regrouped into other microbatches differs too "
-                f"({accumulated['message'].split(' — ')[0]}), which that component explains first",
-                details,
-            )
-        raise PhaseFailure(accumulated["message"], details)
+        warnings += _regrouping_explained(ctx, state, variant, accumulated["message"], details)
     found = gradless(state.model)
     details |= found
-    warnings = [_gradless_reason(found)] if found["gradless_parameters"] else []
+    warnings += [_gradless_reason(found)] if found["gradless_parameters"] else []
     ref = checks["reference_loss"]
     if ref["ran"] and not ref["_result"].ok:
         warnings.append(ref["message"])
