@@ -73,6 +73,10 @@ def _steady(d: Mapping[str, Any]) -> list[str]:
         out.append(f"{mean * 1e3:.2f}{spread} ms per update" + (f" over {timed:.0f} timed" if timed else ""))
     if (tps := _n(d, "tokens_per_s")) is not None and tps > 0:
         out.append(f"{tps:,.0f} tokens/s")
+        found = d.get("mfu")
+        share = _n(found, "mfu") if isinstance(found, Mapping) else None
+        if share is not None:
+            out.append(f"MFU {share:.1%}")
     elif (eps := _n(d, "examples_per_s")) is not None and eps > 0:
         out.append(f"{eps:,.1f} examples/s")
     return out

@@ -97,6 +97,10 @@ def test_demo_variants_side_by_side(write_campaign, tmp_path: Path, monkeypatch:
     record = _run(path, tmp_path / "records")
     later = [started_on[v] for v in ("mb1", "ckpt", "len16")]
     assert max(later) - min(later) < 0.01, started_on
+    # MFU needs a dense peak: on a CPU the row says there is none, and gives no figure.
+    steady_row = next(r for r in record["phases"] if r["step"] == "steady")
+    assert steady_row["details"]["mfu"]["why"] == "a CPU: no dense peak to compare with"
+    assert steady_row["details"]["mfu"]["model_tflops"] > 0
     entries = {e["id"]: e for e in record["variants"]}
     assert list(entries) == ["control", "mb1", "ckpt", "len16"]
     control, mb1, ckpt, len16 = (entries[k] for k in ("control", "mb1", "ckpt", "len16"))

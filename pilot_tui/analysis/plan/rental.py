@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...core.rows import PhaseRow, num
 from ...core.verdict import FAIL, PASS, WARN
+from ..mfu import mfu
 from .inputs import Facts, number_at, table
 
 # Under 20 % of the free space left after the checkpoints, the disk line warns.
@@ -27,17 +28,6 @@ DISK_HEADROOM = 0.20
 NCCL_DEFAULT_TIMEOUT_S = 600.0
 # A save that takes more than this share of the collective timeout warns.
 SAVE_TIMEOUT_SHARE = 0.5
-# Dense peak FLOP/s per GPU by (name fragment, precision): bf16/fp16 tensor cores, tf32, fp32.
-# From the vendors' data sheets (SXM parts; dense, no sparsity). Unknown GPUs get no MFU.
-PEAK_FLOPS = {
-    "H200": {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12},
-    "H100": {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12},
-    "A100": {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
-    "L40S": {"bf16": 362e12, "fp16": 362e12, "tf32": 183e12, "fp32": 91.6e12},
-    "L4": {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12, "fp32": 30.3e12},
-    "A10": {"bf16": 125e12, "fp16": 125e12, "tf32": 62.5e12, "fp32": 31.2e12},
-    "V100": {"fp16": 125e12, "fp32": 15.7e12},
-}
 
 
 @dataclass(frozen=True)
@@ -224,22 +214,23 @@ def throughput(facts: Facts, config: str, precision: str) -> Throughput | None:
 
 
 def _mfu(facts: Facts, tokens_per_s: float | None, precision: str) -> tuple[float | None, str]:
+    """The steady row's tokens (one rank's) over one GPU's dense peak (analysis/mfu.py, whose
+    peaks are the machine check's datasheet table)."""
     load = facts.row("load")
     if tokens_per_s is None or load is None or not facts.environment.device.startswith("cuda"):
         return None, ""
-    parameters = load.detail("parameters")
+    parameters = int(load.detail("parameters"))
+    trainable = int(load.detail("trainable_parameters", parameters))
     gpu = facts.stack.gpus[0].name if facts.stack.gpus else ""
-    kind = (
-        precision if precision in ("bf16", "fp16") else ("tf32" if facts.environment.tf32_matmul else "fp32")
+    if parameters <= 0:
+        return None, "no parameter count in the load row"
+    found = mfu(
+        tokens_per_s, parameters, trainable, gpu or "this GPU", precision, facts.environment.tf32_matmul
     )
-    peak = next((p.get(kind) for name, p in PEAK_FLOPS.items() if name in gpu.upper()), None)
-    if not peak or parameters <= 0:
-        return None, f"no peak known for {gpu or 'this GPU'} ({kind})"
-    # The steady row's tokens are one rank's: its utilisation of one GPU.
-    mfu = 6 * parameters * tokens_per_s / peak
-    return round(
-        mfu, 4
-    ), f"6 × {parameters:,.0f} parameters × tokens/s over {gpu} {kind} peak {peak / 1e12:g} TFLOP/s"
+    if found["mfu"] is None:
+        return None, str(found.get("why", ""))
+    basis = f"{found['flops_per_token']:,.0f} FLOPs a token × tokens/s over {found['peak']}"
+    return round(found["mfu"], 4), basis
 
 
 def part_bar(parts: list[tuple[str, float]], width: int = 40) -> str:

@@ -11,14 +11,13 @@ weights: the per-token losses of its supervised targets must match.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ...tasks.contract import CAUSAL_LM, Task
-from ..loop.training import collate
 from . import objective
 
 # Per-token loss difference (nats) beyond float32 noise: attention that reaches another document
@@ -50,12 +49,17 @@ def _locate(row: torch.Tensor, doc: torch.Tensor) -> int | None:
 
 @torch.no_grad()
 def isolation(
-    task: Task, model: torch.nn.Module, examples: Sequence[Any], max_length: int, device: torch.device
+    task: Task,
+    model: torch.nn.Module,
+    examples: Sequence[Any],
+    collate: Callable[[list[Any]], dict[str, torch.Tensor]],
+    device: torch.device,
 ) -> dict[str, Any] | None:
-    """Whether packed documents see each other; None when the collator does not pack."""
+    """Whether packed documents see each other; None when the collator does not pack. `collate`
+    turns examples into a batch on the device, as the training's loop does."""
     if task.kind != CAUSAL_LM or len(examples) < 2:
         return None
-    packed = collate(task, list(examples), max_length, device)
+    packed = collate(list(examples))
     if packed["input_ids"].shape[0] >= len(examples):
         return None  # one example a row (or more rows): nothing packed
     was_training = model.training
@@ -66,7 +70,7 @@ def isolation(
         with torch.random.fork_rng(devices=cuda):
             in_pack = _token_losses(task, model, packed)
             for ex in examples:
-                alone = collate(task, [ex], max_length, device)
+                alone = collate([ex])
                 if alone["input_ids"].shape[0] != 1:
                     continue
                 doc = alone["input_ids"][0]

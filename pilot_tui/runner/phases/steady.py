@@ -3,10 +3,41 @@ budget ends (`timing/steady.py`): the step time every plan is built from."""
 
 from __future__ import annotations
 
+import torch
+
+from ...analysis.checks import Check
+from ...analysis.mfu import mfu
+from ...core.verdict import PASS
 from ..context import RunContext
-from .base import Outcome, PhaseRun, phase
+from .base import Outcome, PhaseRun, check, phase
 
 
 @phase("steady")
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     return ctx.training.as_variant(ctx, run, lambda: ctx.training.steady(ctx, run))
+
+
+@check(on="steady")
+def model_flops_utilisation(ctx: RunContext, run: PhaseRun, outcome: Outcome) -> Check | None:
+    """The timed step's model FLOPs per second against the GPU's dense peak (a figure, no verdict:
+    a small model is far from the band a large one reaches)."""
+    model = ctx.training.model(ctx, run.step.variant)
+    tokens = outcome.details.get("tokens_per_s")
+    if model is None or not isinstance(tokens, int | float):
+        return None
+    params = list(model.parameters())
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    cuda = ctx.device.type == "cuda"
+    name = torch.cuda.get_device_name(ctx.device) if cuda else None
+    precision = str(run.params.get("precision") or outcome.params.get("precision") or "fp32")
+    tf32 = cuda and torch.get_float32_matmul_precision() != "highest"
+    found = mfu(float(tokens), total, trainable, name, precision, tf32)
+    outcome.details["mfu"] = found
+    if found["mfu"] is None:
+        return None
+    return Check(
+        "mfu",
+        PASS,
+        f"MFU {found['mfu']:.1%} of {found['peak']}; expected band {found['expected']}",
+    )

@@ -18,6 +18,7 @@ from ....core.spec import FitSearchSpec
 from ...checks import packing
 from ...checks.numerics import Probe
 from ...context import Outcome, PhaseRun, RunContext
+from ...loop.training import collate
 from ...memory.estimate.campaign import task_campaign_source
 from ...memory.estimate.fake_run import ModelSource
 from ..base import InspectionInput, Loaded, Training
@@ -58,7 +59,11 @@ class TaskTraining(Training):
         # Enough rows for the collator to pack at least two documents together.
         chosen = ctx.splits["train"][: max(cfg.microbatch, 4)]
         rows = [ctx.task.examples[i] for i in chosen]
-        return packing.isolation(ctx.task, state.model, rows, cfg.max_length, ctx.device)
+
+        def batch(examples: list[Any]) -> dict[str, torch.Tensor]:
+            return collate(ctx.task, examples, cfg.max_length, ctx.device)
+
+        return packing.isolation(ctx.task, state.model, rows, batch, ctx.device)
 
     def numerics_probe(self, ctx: RunContext, variant: str) -> Probe | None:
         state = ctx.states.get(variant)
