@@ -1,4 +1,5 @@
-"""Plan pane: the record's `[plan]` as `pilot-tui plan` prints it — caveats first — then notes.
+"""Plan pane: the record's `[plan]` as `pilot-tui plan` prints it — its decision first, then the
+caveats and the details — then notes.
 
 The per-configuration lines come on demand (`d`). A `[plan]` that the text view cannot read (an
 older record) is rendered generically as a nested dict, so nothing is lost.
@@ -15,7 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ...analysis.plan import Plan, PlanFormatError, text_lines
+from ...analysis.plan import Plan, PlanFormatError, decide, text_lines
 from ..focus import RestyleSelfOnFocus
 from ..state import fmt_value
 
@@ -105,10 +106,18 @@ def plan_text(plan: dict[str, Any] | None, detailed: bool) -> RenderableType:
     if "error" in plan:
         return Text(f"plan: could not be computed: {plan['error']}", style="bold red")
     try:
-        lines = text_lines(Plan.from_toml(plan))
+        parsed = Plan.from_toml(plan)
+        lines = text_lines(parsed)
+        decision = decide(parsed).lines
     except PlanFormatError:
         return render_plan(plan)  # an older or partial [plan]: show what it holds
-    parts: list[RenderableType] = []
+    # The decision first, in at most six lines (visible at 80×24 without scrolling); the details follow.
+    head = Table.grid(padding=(0, 1))
+    head.add_column(no_wrap=True, style="bold")
+    head.add_column()
+    for line in decision:
+        head.add_row(Text(f"{line.label}:", style="bold"), Text(line.text))
+    parts: list[RenderableType] = [head, Text("")]
     grid: Table | None = None
     skipping, hidden = False, 0
     for line in lines:
