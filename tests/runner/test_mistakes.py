@@ -652,3 +652,31 @@ def test_packed_documents_that_see_each_other_warn_and_the_isolated_twin_passes(
     assert (
         good["details"]["packing"]["isolated"] and good["details"]["packing"]["worst_token_loss_gap"] < 1e-4
     )
+
+
+def test_loader_workers_that_leak_name_the_hour_host_memory_runs_out_and_the_clean_twin_does_not(tmp_path):
+    """The long run, projected from steady: host RSS of the trainer and its workers per update."""
+    from pilot_tui.analysis.plan.caveats import host_memory_runs_out
+    from pilot_tui.core.rows import PhaseRow
+
+    def steady_of(leak_mb: int) -> PhaseRow:
+        ctx = context(
+            tmp_path / f"leak{leak_mb}",
+            "loader_leak",
+            {"leak_mb": leak_mb},
+            batch={"num_workers": 1, "updates": 1_000_000},
+            phases={"steady_updates": 40, "steady_budget_s": 1.0, "steady_min_s": 0.5},
+        )
+        row = run(ctx, "steady")
+        assert row["verdict"] != "fail", row["reason"]
+        return PhaseRow.from_toml(row)
+
+    leaky = steady_of(1)
+    rss = leaky.details["host_rss"]
+    assert rss["processes"] >= 2 and rss["slope_mb_per_update"] > 0.5, rss
+    said = host_memory_runs_out(leaky, run_hours=1_000.0)
+    assert said.startswith("host memory: the trainer and its 1 loader worker(s) grew"), said
+    assert "is full after ~" in said and "before the run's 1000.0 h end" in said
+    clean = steady_of(0)
+    assert clean.details["host_rss"]["slope_mb_per_update"] < 0.5
+    assert host_memory_runs_out(clean, run_hours=1_000.0) == ""

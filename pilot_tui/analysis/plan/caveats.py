@@ -93,6 +93,37 @@ def busy_machine(steady: PhaseRow) -> str:
     )
 
 
+# A host-memory slope is read only past this much growth over steady: less is the allocator's
+# caches settling, not a leak (the demo grows 0–3 MiB).
+HOST_GROWTH_FLOOR_MB = 16.0
+
+
+def host_memory_runs_out(steady: PhaseRow, run_hours: float) -> str:
+    """The hour the host's memory fills at the slope steady measured (the trainer and its loader
+    workers), said when that comes before the run's end."""
+    rss = steady.details.get("host_rss")
+    if not isinstance(rss, dict):
+        return ""
+    slope, last = number_at(rss, "slope_mb_per_update"), number_at(rss, "last_mb")
+    total, between = number_at(rss, "machine_total_mb"), number_at(rss, "updates_between")
+    step_s = number_at(steady.details, "step_s_mean") or number_at(steady.details, "step_time_s")
+    if None in (slope, last, total, between, step_s) or not slope or slope <= 0 or not step_s:
+        return ""
+    if slope * between < HOST_GROWTH_FLOOR_MB:
+        return ""
+    hours = (total - last) / slope * step_s / 3600
+    if hours >= run_hours:
+        return ""
+    processes = int(number_at(rss, "processes") or 1)
+    who = "the trainer" + (f" and its {processes - 1} loader worker(s)" if processes > 1 else "")
+    return (
+        f"host memory: {who} grew {slope:.2f} MiB per update over steady ({between:.0f} updates, "
+        f"{rss.get('first_mb', 0):.0f} → {last:.0f} MiB): at {step_s * 1e3:.1f} ms per update this "
+        f"machine's {total / 1024:.1f} GiB is full after ~{hours:.1f} h, before the run's {run_hours:.1f} h "
+        "end — a leak in the loader or the loop (a list that keeps every batch, a cache per worker)"
+    )
+
+
 def caveats(
     facts: Facts, sheet: ChoiceSheet, package: PackagePlan, provisional: str | None
 ) -> tuple[str, ...]:
@@ -113,6 +144,9 @@ def caveats(
         busy = busy_machine(steady)
         if busy and busy not in out:
             out.append(busy)
+        full = host_memory_runs_out(steady, run.total_s / 3600)
+        if full and full not in out:
+            out.append(f"{run.id}: {full}")
         threads = steady.details.get("torch_threads")
         if isinstance(threads, int):
             cores = text(steady.details, "cpu_count", "?")

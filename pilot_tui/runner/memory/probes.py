@@ -201,3 +201,17 @@ def _own_process() -> psutil.Process:
 def tensor_mb(tensors) -> float:
     """MiB held by these tensors (their elements, not their storage's spare room)."""
     return sum(t.numel() * t.element_size() for t in tensors) / 2**20
+
+
+def host_rss_mb() -> tuple[float, int]:
+    """MiB resident in this process and every process it started (the loader's workers, a
+    fresh process), and how many there are: what the host's memory must hold of this run."""
+    me = _own_process()
+    total, count = me.memory_info().rss, 1
+    for child in me.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+            count += 1
+        except psutil.Error:  # it ended between the listing and the read
+            continue
+    return total / MIB, count

@@ -6,6 +6,7 @@ import hashlib
 import time
 from typing import Any
 
+import psutil
 import torch
 
 from ....analysis import rank_data
@@ -18,7 +19,7 @@ from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ...distributed import state as dist_state
 from ...loop import objective_gate
 from ...loop.training import TrainState, UpdateStats, train_update
-from ...memory.probes import forget_peaks, synchronize, tensor_mb
+from ...memory.probes import forget_peaks, host_rss_mb, synchronize, tensor_mb
 from ...timing.speed_reference import reference_s
 from ...timing.steady import (
     PROGRESS_PERIOD_S,
@@ -129,6 +130,17 @@ def _same_split_on_every_rank(ctx: RunContext) -> None:
     problem = rank_data.split_mismatch(digests)
     if problem:
         raise PhaseFailure(problem, {"split_digests": digests})
+
+
+def host_rss_details(first: tuple[float, int], last: tuple[float, int], timed: int) -> dict[str, float]:
+    return {
+        "first_mb": round(first[0], 3),
+        "last_mb": round(last[0], 3),
+        "processes": last[1],
+        "updates_between": max(timed - 1, 0),
+        "slope_mb_per_update": round((last[0] - first[0]) / max(timed - 1, 1), 6),
+        "machine_total_mb": round(psutil.virtual_memory().total / 2**20, 1),
+    }
 
 
 def _regrouping_explained(
@@ -285,6 +297,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     speed_before = reference_s()  # outside the timed loop, on its thread
     load_before, queue_before = machine_load(), runqueue_clock()
     n, stopped, interval = 0, None, mean_interval([])
+    rss_first = rss_last = (0.0, 0)
     check_at = rule.next_checkpoint(0)
     heap.hold()
     t0 = next_progress = clock.mark()
@@ -296,6 +309,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
             stats = _update(ctx, run, state, micro, host)
             now = clock.mark()
             n += 1
+            if n == 1:
+                rss_first = host_rss_mb()  # the workers started: the host memory the run begins on
             # On a CPU the float now (it is already on the host): no tensor per update kept
             # alive through the ones that follow; on a GPU reading it would sync the device.
             losses.append(stats.loss if cuda else float(stats.loss))
@@ -313,6 +328,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
                 tap.offer(stats.loss)
                 total = n if stopped is not None else expected_updates(rule, interval, n)
                 ctx.progress(run.step.key, n, total, tap.latest(), timing_message(interval, rule))
+        rss_last = host_rss_mb()  # before the workers end with the feed
     finally:
         heap.release()
         feed.close()
@@ -337,6 +353,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         # A fixed CPU workload's seconds just before and after the loop: did the machine's speed
         # move while it was timed (runner/timing/speed_reference.py)?
         "speed_reference_s": speed,
+        # The host memory of this process and its loader workers over the timed loop: a slope the
+        # plan projects to the hour it reaches the machine's memory (analysis/plan/caveats.py).
+        "host_rss": host_rss_details(rss_first, rss_last, n),
         "examples_per_s": examples / timed,
         "tokens_per_s": tokens / timed,
         "loss_first": values[0],
