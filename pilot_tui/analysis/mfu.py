@@ -33,20 +33,21 @@ def mfu(
     precision: str,
     tf32: bool = False,
 ) -> dict[str, Any]:
-    """The figure and what it was measured against; `mfu` None where there is no peak to compare."""
+    """The figure and what it was measured against; no `mfu` key (a record holds no None) where
+    there is no peak to compare with, and `why` says so."""
     out: dict[str, Any] = {"flops_per_token": flops_per_token(parameters, trainable)}
     if not tokens_per_s or tokens_per_s <= 0:
-        return out | {"mfu": None, "why": "no tokens per second measured (not a token model)"}
+        return out | {"why": "no tokens per second measured (not a token model)"}
     achieved = out["flops_per_token"] * tokens_per_s
     out["model_tflops"] = round(achieved / 1e12, 6)
     if device_name is None:
-        return out | {"mfu": None, "why": "a CPU: no dense peak to compare with"}
+        return out | {"why": "a CPU: no dense peak to compare with"}
     ref = gpu_reference(device_name)
     if ref is None:
-        return out | {"mfu": None, "why": f"no datasheet peak known for {device_name}"}
+        return out | {"why": f"no datasheet peak known for {device_name}"}
     peak, column = ref.peak_tflops(precision, tf32)
     if not peak:
-        return out | {"mfu": None, "why": f"{ref.model} has no {precision} tensor-core peak"}
+        return out | {"why": f"{ref.model} has no {precision} tensor-core peak"}
     return out | {
         "mfu": round(achieved / (peak * 1e12), 5),
         "peak_tflops": peak,

@@ -227,7 +227,7 @@ def _mfu(facts: Facts, tokens_per_s: float | None, precision: str) -> tuple[floa
     found = mfu(
         tokens_per_s, parameters, trainable, gpu or "this GPU", precision, facts.environment.tf32_matmul
     )
-    if found["mfu"] is None:
+    if found.get("mfu") is None:
         return None, str(found.get("why", ""))
     basis = f"{found['flops_per_token']:,.0f} FLOPs a token × tokens/s over {found['peak']}"
     return round(found["mfu"], 4), basis

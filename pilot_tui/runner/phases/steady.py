@@ -34,7 +34,7 @@ def model_flops_utilisation(ctx: RunContext, run: PhaseRun, outcome: Outcome) ->
     tf32 = cuda and torch.get_float32_matmul_precision() != "highest"
     found = mfu(float(tokens), total, trainable, name, precision, tf32)
     outcome.details["mfu"] = found
-    if found["mfu"] is None:
+    if found.get("mfu") is None:
         return None
     return Check(
         "mfu",
