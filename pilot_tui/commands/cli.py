@@ -81,6 +81,17 @@ def _price(text: str) -> float:
     return value
 
 
+def _hours(text: str) -> float:
+    """A number of hours: finite and ≥ 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of hours, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of hours ≥ 0, got {text}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pilot-tui",
@@ -133,6 +144,16 @@ def _parser() -> argparse.ArgumentParser:
     # Another schedule for the same measurements: re-planned without a new pilot.
     for flag, key, what in SCHEDULE_FLAGS:
         pln.add_argument(flag, dest=key, type=_count, metavar="N", help=what)
+    pln.add_argument(
+        "--max-job-hours",
+        dest="max_job_hours",
+        type=_hours,
+        metavar="H",
+        help="the provider ends every job after this many hours (Modal: 24): the run is cut into jobs",
+    )
+    pln.add_argument(
+        "--preemptible", dest="preemptible", action="store_true", default=None, help="jobs may be preempted"
+    )
     pln.add_argument(
         "--price-per-hour", type=_price, metavar="USD", help="price of one GPU-hour: the decision's cost"
     )
@@ -239,9 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             _warn_task_file(args.record)
             return EXIT_OK
         if args.command == "plan":
-            schedule = {
-                key: getattr(args, key) for _, key, _ in SCHEDULE_FLAGS if getattr(args, key) is not None
-            }
+            keys = [key for _, key, _ in SCHEDULE_FLAGS] + ["max_job_hours", "preemptible"]
+            schedule = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
             return print_plan(args.record, schedule=schedule, price_per_hour=args.price_per_hour)
         if args.command == "report":
             written = write_report(

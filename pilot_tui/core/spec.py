@@ -292,6 +292,10 @@ class PlanSpec:
     eval_examples: int = 0
     restarts: int = 1
     checkpoint_dir: str = ""
+    # The provider's limits: jobs end after this many hours (0: never; Modal: 24) and may be
+    # preempted. The plan cuts the run into jobs and derives the save interval (analysis/plan/jobs.py).
+    max_job_hours: float = 0.0
+    preemptible: bool = False
 
 
 @dataclass(frozen=True)
@@ -715,6 +719,8 @@ def _check_rental(p: PlanSpec) -> None:
     for key in ("save_every", "keep", "eval_every", "eval_examples", "restarts"):
         if getattr(p, key) < 0:
             raise _KeyError(f"plan.{key}", "must be ≥ 0")
+    if p.max_job_hours < 0:
+        raise _KeyError("plan.max_job_hours", "must be ≥ 0 hours (0: no limit)")
     if p.save_every and p.checkpoints:
         raise _KeyError("plan.save_every", "set save_every or checkpoints, not both")
     if p.eval_every and p.evaluations:

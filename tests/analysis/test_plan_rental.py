@@ -281,3 +281,56 @@ def test_a_blocked_plan_names_the_phase_its_cause_and_the_first_thing_to_do(tmp_
     failed["details"] = {"first_step": "rule out the known cause first: dataloader_num_workers = 2"}
     plan = compute_plan(record([stack_row(), *engine_rows(), failed], spec()), record_dir=tmp_path)
     assert "— first: rule out the known cause first: dataloader_num_workers = 2" in plan.package.summary
+
+
+# ------------------------------------------------------------------------ the provider's job limit
+
+
+def test_a_24_hour_job_limit_cuts_the_run_into_jobs_with_a_save_cadence_and_the_work_redone() -> None:
+    # 400 000 updates at 0.5 s = 55.6 h of steps: three 24 h jobs; a save of 30 s is 10 % of a
+    # 270 s interval (540 updates), at least 4 a job.
+    data = record(
+        rows_with(save={"artifact": {"size": 2**20}, "save_s": 30.0}, resume=RESUME, step_time=0.5),
+        spec(dataset_size=6_400_000, max_job_hours=24, restarts=0),
+    )
+    plan = compute_plan(data)
+    (run,) = plan.package.order
+    jobs = run.jobs
+    assert jobs is not None and jobs.max_job_h == 24 and not jobs.preemptible
+    assert jobs.save_every_updates == 540 and jobs.save_interval_s == pytest.approx(270.0)
+    assert jobs.save_share == pytest.approx(30 / 300, abs=1e-4)
+    work = run.total_s - run.margin_s - jobs.extra_s  # the work before the job ends were added
+    assert jobs.jobs == math.ceil(work / (24 * 3600 - jobs.restart_s))
+    assert jobs.jobs >= 3 and jobs.redo_planned_s == 0.0 and jobs.redo_preempted_s == pytest.approx(270.0)
+    # Each planned job end is a restart: measured from the resume row, added to the run.
+    assert jobs.restart_s == pytest.approx(run.restart.process_s + run.restart.skip_s, abs=1e-3)
+    assert jobs.extra_s == pytest.approx((jobs.jobs - 1) * jobs.restart_s, abs=1e-2)
+    line = next(x for x in text_lines(plan) if "job(s), jobs of at most 24 h" in x)
+    assert "save every 540 updates" in line and "redoes 0 s at a planned end" in line, line
+    # Without a limit nothing of it is planned; a save too slow for 4 checkpoints a job is said.
+    free = compute_plan(record(rows_with(resume=RESUME, step_time=0.5), spec(dataset_size=6_400_000)))
+    assert free.package.order[0].jobs is None
+    slow = record(
+        rows_with(save={"artifact": {"size": 2**20}, "save_s": 3_000.0}, resume=RESUME, step_time=0.5),
+        spec(dataset_size=6_400_000, max_job_hours=24, preemptible=True, restarts=0),
+    )
+    slow_jobs = compute_plan(slow).package.order[0].jobs
+    assert (
+        slow_jobs is not None and slow_jobs.preemptible and "fewer than 4 checkpoints a job" in slow_jobs.note
+    )
+
+
+def test_the_job_limit_is_a_plan_flag_and_a_bad_value_is_refused(tmp_path: Path, capsys) -> None:
+    data = record(rows_with(save={"artifact": {"size": 2**20}, "save_s": 30.0}, resume=RESUME), spec())
+    data["plan"] = compute_plan(data, record_dir=tmp_path).as_toml()
+    path = tmp_path / "demo-x.toml"
+    path.write_text(tomli_w.dumps(data))
+    assert main(["plan", str(path), "--max-job-hours", "24", "--preemptible"]) in (0, 1)
+    assert "jobs of at most 24 h; preemptible" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as bad:
+        main(["plan", str(path), "--max-job-hours", "-3"])
+    assert bad.value.code == 2
+    with pytest.raises(SpecError, match=r"plan\.max_job_hours"):
+        parse_spec(
+            tomli_w.dumps(deep_merge(demo_raw(), {"plan": {"max_job_hours": -1}})), Path("campaign.toml")
+        )

@@ -19,6 +19,7 @@ from ...core.spec import CampaignSpec
 from ...core.verdict import FAIL
 from ..step_time import pilot_speeds, run_spread, step_range
 from .inputs import Facts, step_key
+from .jobs import JobPlan, job_plan
 from .rental import Disk, Restart, SaveTimeout, Throughput, disk, restart, save_timeout, throughput
 from .sheet import ChoiceSheet, Configuration
 
@@ -90,6 +91,8 @@ class PlannedRun:
     restarts: int = 0
     restart: Restart | None = None
     restarts_s: float = 0.0
+    # Under a provider's job-length limit or preemption: the jobs, the save interval, the restarts.
+    jobs: JobPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,14 @@ def project(entry: Configuration, facts: Facts) -> Projection:
     if again is None and restarts:
         notes.append("resume not measured (or failed): no restart reserve")
     work_s = train_s + eval_s + save_s + restarts_s + export_s
+    again_s = (again.process_s + (again.skip_s or 0.0)) if again is not None else None
+    jobs = job_plan(
+        work_s, step_s, save_each if save is not None else None, again_s, plan.max_job_hours, plan.preemptible
+    )
+    if jobs is not None:
+        if again is None:
+            notes.append("resume not measured: each job's restart is not counted")
+        work_s += jobs.extra_s  # every planned job end is a restart the run pays
     margin_s = work_s * plan.safety_margin
     run = PlannedRun(
         id=config,
@@ -347,6 +358,7 @@ def project(entry: Configuration, facts: Facts) -> Projection:
         restarts=restarts,
         restart=again,
         restarts_s=round(restarts_s, 3),
+        jobs=jobs,
     )
     return Projection(config, run=run, notes=tuple(notes))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..memory_estimate import plan_view_lines
 from .build import Plan
+from .jobs import job_line
 from .package import PlannedRun, hours
 from .rental import part_bar
 
@@ -187,7 +188,8 @@ def plan_lines(plan: Plan) -> list[str]:
     lines += ["", "Package plan", f"  {p.summary}"]
     for o in p.order:
         lines.append(_run_line(o))
-        for extra in (_range_line(o), _parts_line(o), _restart_line(o)):
+        jobs = job_line(o.id, o.jobs) if o.jobs is not None else None
+        for extra in (_range_line(o), _parts_line(o), _restart_line(o), jobs):
             if extra is not None:
                 lines.append(extra)
     if p.order:
