@@ -92,6 +92,14 @@ def _hours(text: str) -> float:
     return value
 
 
+def _gpu_price(text: str) -> tuple[str, float]:
+    """GPU=USD: a GPU's name (as in H100, L40S, RTX 4090) and its price per GPU-hour."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected GPU=USD_PER_HOUR (e.g. H100=2.5), got {text!r}")
+    return name.strip(), _price(value)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pilot-tui",
@@ -150,6 +158,14 @@ def _parser() -> argparse.ArgumentParser:
         type=_hours,
         metavar="H",
         help="the provider ends every job after this many hours (Modal: 24): the run is cut into jobs",
+    )
+    pln.add_argument(
+        "--price",
+        dest="prices",
+        type=_gpu_price,
+        action="append",
+        metavar="GPU=USD",
+        help="price of one GPU-hour of a candidate GPU (repeatable): e.g. --price H100=2.5 --price L40S=0.9",
     )
     pln.add_argument(
         "--preemptible", dest="preemptible", action="store_true", default=None, help="jobs may be preempted"
@@ -262,7 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plan":
             keys = [key for _, key, _ in SCHEDULE_FLAGS] + ["max_job_hours", "preemptible"]
             schedule = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
-            return print_plan(args.record, schedule=schedule, price_per_hour=args.price_per_hour)
+            return print_plan(
+                args.record,
+                schedule=schedule,
+                price_per_hour=args.price_per_hour,
+                prices=dict(args.prices or []),
+            )
         if args.command == "report":
             written = write_report(
                 args.record, args.out, against=args.against, price_per_hour=args.price_per_hour

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..analysis.plan import Plan, compute_plan, decide, provisional_plan, text_lines
+from ..analysis.plan.candidates import candidate_lines
 from ..core.record import Record, RecordError
 from ..core.spec import SpecError
 from ..core.text import one_line
@@ -30,12 +31,14 @@ def print_plan(
     out: TextIO | None = None,
     schedule: Mapping[str, int] | None = None,
     price_per_hour: float | None = None,
+    prices: Mapping[str, float] | None = None,
 ) -> int:
     """Recompute the plan from the record's rows and print it, its decision first.
 
     Read-only: the record's own `[plan]` (written when the campaign finished) is left as it is.
     `schedule`: `[plan]` keys (save_every, keep, eval_every, …) to plan with instead of the
-    record's. `price_per_hour`: USD per GPU-hour, to price the package and the work.
+    record's. `price_per_hour`: USD per GPU-hour, to price the package and the work; `prices`:
+    USD per GPU-hour by GPU name, to price the candidate GPUs side by side.
     Exit 0 when a configuration is kept and the priority work fits a package, else 1.
     """
     record = Record.read(record_path)  # RecordError: exit 2
@@ -57,6 +60,8 @@ def print_plan(
         print(f"  (re-planned with {given} instead of the record's)", file=out)
     print("", file=out)
     for line in text_lines(plan):
+        print(one_line(line), file=out)
+    for line in candidate_lines(plan, prices):
         print(one_line(line), file=out)
     out.flush()
     return 0 if plan.sheet.kept and plan.package.fits_all else 1

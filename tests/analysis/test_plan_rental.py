@@ -334,3 +334,35 @@ def test_the_job_limit_is_a_plan_flag_and_a_bad_value_is_refused(tmp_path: Path,
         parse_spec(
             tomli_w.dumps(deep_merge(demo_raw(), {"plan": {"max_job_hours": -1}})), Path("campaign.toml")
         )
+
+
+# ------------------------------------------------------------------------------ which GPU to rent
+
+
+def test_candidate_gpus_side_by_side_measured_projected_and_priced() -> None:
+    from pilot_tui.analysis.plan.candidates import candidate_lines, candidates
+
+    rows = rows_with(step_time=0.5)
+    (stack,) = [r for r in rows if r["step"] == "stack"]
+    stack["details"]["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3"
+    plan = compute_plan(record(rows, spec()))
+    hours = sum(o.total_h for o in plan.package.order)
+    found = {c.name: c for c in candidates(plan, {"H100": 2.0, "RTX 4090": 0.4})}
+    assert list(found) == ["H100 SXM", "H200 SXM", "A100 80GB SXM", "L40S", "RTX 4090"]
+    h100, a100, rtx = found["H100 SXM"], found["A100 80GB SXM"], found["RTX 4090"]
+    assert h100.basis == "measured" and h100.hours == pytest.approx(hours, abs=1e-3)
+    assert h100.cost == pytest.approx(hours * 2.0, abs=0.01)
+    # Projected by the dense fp32 peaks (the record's precision): 67 on H100, 19.5 on A100, 82.6 on a 4090.
+    assert a100.basis.startswith("projected") and a100.hours == pytest.approx(hours * 67 / 19.5, rel=1e-3)
+    assert rtx.hours == pytest.approx(hours * 67 / 82.6, rel=1e-3) and rtx.cost is not None
+    assert found["L40S"].cost is None  # no price given for it
+    assert all(c.fits for c in found.values())  # the measured need is far below 24 GB
+    lines = candidate_lines(plan, {})
+    assert lines[1] == "Which GPU" and any("projected: measured step × 67/19.5" in x for x in lines)
+    # A pilot on a CPU projects no GPU's hours, and says why.
+    cpu = [r for r in rows_with(step_time=0.5) if r["step"] != "stack"]
+    cpu_plan = compute_plan(record(cpu, spec()) | {"environment": {"device": "cpu", "torch": "2.13.0"}})
+    assert {c.basis for c in candidates(cpu_plan)} <= {
+        "not projected: measured on a CPU",
+        "not projected: nothing planned",
+    }
