@@ -15,13 +15,12 @@ from typing import TextIO
 from ..analysis.plan import Plan, summary_lines
 from ..core import phase_table
 from ..core.events import PhaseFinished, PhaseProgress, PhaseStarted, RunnerError, WireMessage
-from ..core.key_figures import key_figure
+from ..core.key_figures import shown_reason
 from ..core.rows import PhaseRow
 from ..core.text import one_line
 from ..session.driver import Session
 
 MARKS = {"pass": "✓", "warn": "!", "fail": "✗"}
-ALL_PASSED = "all checks passed"
 
 
 def fit(text: str, width: int) -> str:
@@ -42,11 +41,8 @@ def phase_line(data: dict, width: int | None = 80) -> str:
         f"{MARKS.get(row.verdict, '?')} {one_line(row.verdict, 20):<4} {label:<20} {took} "
         f"{row.memory.compact():<17} "
     )
-    reason = row.reason
-    if row.verdict == "pass" and reason in ("", ALL_PASSED):
-        # A pass row says what it measured (steady's ms per update, save's MiB and seconds…).
-        reason = key_figure(row) or reason
-    line = head + one_line(reason, 1000)
+    # A pass row says what it measured (steady's ms per update, save's MiB and seconds…).
+    line = head + one_line(shown_reason(row), 1000)
     return line if width is None else fit(line, width)
 
 

@@ -151,3 +151,13 @@ def key_figure(row: PhaseRow) -> str:
         return "; ".join(figures(row.details))
     except (TypeError, ValueError):  # a damaged record's odd value: no figure rather than a crash
         return ""
+
+
+ALL_PASSED = "all checks passed"
+
+
+def shown_reason(row: PhaseRow) -> str:
+    """A row's reason as a reader sees it: a pass row says what it measured, not that it passed."""
+    if row.verdict == "pass" and row.reason in ("", ALL_PASSED):
+        return key_figure(row) or row.reason
+    return row.reason

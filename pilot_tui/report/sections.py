@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..analysis.plan import Decision, Plan, text_lines
+from ..core.key_figures import shown_reason
 from ..core.rows import PhaseRow, read_rows
 from ..core.text import clean
 from .compare import MATCH, Difference
@@ -69,7 +70,7 @@ def gates(data: Mapping[str, Any]) -> str:
             _verdict(r),
             f"{r.duration_s:.3g} s" if r.duration_s is not None else "",
             esc(r.memory.compact()),
-            esc(r.reason, 600),
+            esc(shown_reason(r), 600),
         ]
         for r in read_rows(data.get("phases"))
     ]
