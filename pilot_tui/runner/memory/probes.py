@@ -203,13 +203,18 @@ def tensor_mb(tensors) -> float:
     return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
-def host_rss_mb() -> tuple[float, int]:
+def host_rss_mb(exclude: Sequence[int] = ()) -> tuple[float, int]:
     """MiB resident in this process and every process it started (the loader's workers, a
-    fresh process), and how many there are: what the host's memory must hold of this run."""
+    fresh process), and how many there are: what the host's memory must hold of this run.
+    `exclude`: processes of the pilot's own (the template process) and theirs."""
     me = _own_process()
     total, count = me.memory_info().rss, 1
+    skipped: set[int] = set(exclude)
     for child in me.children(recursive=True):
         try:
+            if child.pid in skipped or child.ppid() in skipped:
+                skipped.add(child.pid)
+                continue
             total += child.memory_info().rss
             count += 1
         except psutil.Error:  # it ended between the listing and the read

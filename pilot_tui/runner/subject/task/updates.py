@@ -20,6 +20,7 @@ from ...distributed import state as dist_state
 from ...loop import objective_gate
 from ...loop.training import TrainState, UpdateStats, train_update
 from ...memory.probes import forget_peaks, host_rss_mb, synchronize, tensor_mb
+from ...processes import template
 from ...timing.speed_reference import reference_s
 from ...timing.steady import (
     PROGRESS_PERIOD_S,
@@ -130,6 +131,12 @@ def _same_split_on_every_rank(ctx: RunContext) -> None:
     problem = rank_data.split_mismatch(digests)
     if problem:
         raise PhaseFailure(problem, {"split_digests": digests})
+
+
+def _pilots_own() -> list[int]:
+    """The pilot's own processes beside the run's (its template process): not the run's memory."""
+    tmpl = template.current()
+    return [tmpl.proc.pid] if tmpl is not None else []
 
 
 def host_rss_details(first: tuple[float, int], last: tuple[float, int], timed: int) -> dict[str, float]:
@@ -310,7 +317,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
             now = clock.mark()
             n += 1
             if n == 1:
-                rss_first = host_rss_mb()  # the workers started: the host memory the run begins on
+                rss_first = host_rss_mb(
+                    _pilots_own()
+                )  # the workers started: the host memory the run begins on
             # On a CPU the float now (it is already on the host): no tensor per update kept
             # alive through the ones that follow; on a GPU reading it would sync the device.
             losses.append(stats.loss if cuda else float(stats.loss))
@@ -328,7 +337,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
                 tap.offer(stats.loss)
                 total = n if stopped is not None else expected_updates(rule, interval, n)
                 ctx.progress(run.step.key, n, total, tap.latest(), timing_message(interval, rule))
-        rss_last = host_rss_mb()  # before the workers end with the feed
+        rss_last = host_rss_mb(_pilots_own())  # before the workers end with the feed
     finally:
         heap.release()
         feed.close()
