@@ -9,6 +9,7 @@ import argparse
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import DEMO_CAMPAIGN, __version__
@@ -70,26 +71,23 @@ def _count(text: str) -> int:
     return value
 
 
-def _price(text: str) -> float:
-    """A price in USD per GPU-hour: a finite number ≥ 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a price in USD per GPU-hour, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite price ≥ 0, got {text}")
-    return value
+def _amount(what: str) -> Callable[[str], float]:
+    """An argparse type: a finite number ≥ 0 of `what` (a price, hours), named when it is not."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0 ({what}), got {text}")
+        return value
+
+    return parse
 
 
-def _hours(text: str) -> float:
-    """A number of hours: finite and ≥ 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of hours, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of hours ≥ 0, got {text}")
-    return value
+_price = _amount("a price in USD per GPU-hour")
+_hours = _amount("a number of hours")
 
 
 def _gpu_price(text: str) -> tuple[str, float]:
