@@ -80,6 +80,10 @@ def test_first_step_runs_their_loop_and_the_accumulation_check(plain):
     d = plain.row("first_step")["details"]
     assert d["accumulation"]["ok"] and d["accumulation"]["grad_rel_diff"] < 1e-4
     assert d["optimizer_state_mb"] > 0
+    # Numerics A/B through the trainer's own compute_loss: its sdpa attention against eager.
+    n = d["numerics"]
+    assert n["within"] and n["attention"] == "sdpa" and n["precision"] == "fp32" and n["groups"] > 1
+    assert n["loss_relative_difference"] < 1e-5 and n["worst_cosine"] > 0.9999
 
 
 def test_a_loss_averaged_per_microbatch_fails_first_step(tiny, tmp_path):

@@ -19,7 +19,17 @@ from ....core.spec import FitSearchSpec
 from ...context import Outcome, PhaseRun, RunContext
 from ...memory.estimate.fake_run import ModelSource
 from ..base import InspectionInput, Loaded, LoopView, Training
-from . import board, data_gates, engine_gates, fit_gate, fresh_variant, loop, resume_gate, steady_gate
+from . import (
+    board,
+    data_gates,
+    engine_gates,
+    fit_gate,
+    fresh_variant,
+    loop,
+    numerics,
+    resume_gate,
+    steady_gate,
+)
 from .adapter import TrainerAdapter
 
 
@@ -56,6 +66,9 @@ class TrainerTraining(Training):
 
     def optimizer(self, ctx: RunContext, variant: str) -> Any:
         return self.adapter.trainer.optimizer  # the trainer's own (None until its first train())
+
+    def numerics_probe(self, ctx: RunContext, variant: str) -> Any:
+        return numerics.trainer_probe(self.adapter)
 
     def overfit(self, ctx: RunContext, run: PhaseRun) -> Outcome:
         return data_gates.overfit(ctx, run)
