@@ -50,7 +50,7 @@ def report_html(
     ]
     if plan is not None:
         parts.append(sections.plan_details(plan))
-    parts += [sections.notes(data), sections.environment(data)]
+    parts += [sections.machine(data), sections.notes(data), sections.environment(data)]
     subtitle = (
         f"record {source} · campaign id {campaign.get('id', '?')} · created {campaign.get('created', '?')}"  # type: ignore[union-attr]
     )

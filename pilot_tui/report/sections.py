@@ -155,6 +155,49 @@ def plan_details(plan: Plan) -> str:
     return section("plan", "Plan details", timeline + f"<pre>{text}</pre>")
 
 
+def machine(data: Mapping[str, Any]) -> str:
+    """The machine check's row: its checks, and each place the run writes with its figures."""
+    row = next((r for r in read_rows(data.get("phases")) if r.name == "machine"), None)
+    if row is None:
+        return section("machine", "The machine", "<p>The record holds no machine check.</p>")
+    d = row.details
+    checks = [
+        [
+            esc(c.get("name", "")),
+            f'<span class="v {esc(c.get("verdict", ""))}">{esc(c.get("verdict", ""))}</span>',
+            esc(c.get("message", ""), 600),
+        ]
+        for c in d.get("checks") or []
+        if isinstance(c, Mapping)
+    ]
+    places = [
+        [
+            esc(p.get("role", "")),
+            esc(p.get("path", "")),
+            esc(p.get("free_gib", "")),
+            esc(p.get("write_gbps", "")),
+            esc(p.get("need", ""), 300),
+        ]
+        for p in d.get("locations") or []
+        if isinstance(p, Mapping)
+    ]
+    cpu = ""
+    if isinstance(d.get("cpu_gemm_gflops"), int | float):
+        cpu = (
+            f"<p>CPU: GEMM {esc(d['cpu_gemm_gflops'])} GFLOP/s, memory {esc(d.get('cpu_memory_gbps', ''))} GB/s "
+            f"— {esc(d.get('cpu_note', ''))}</p>"
+        )
+    body = (
+        f"<p>{_verdict(row)} {esc(shown_reason(row), 600)}</p>"
+        + cpu
+        + _table(["check", "verdict", "what it found"], checks, "gates")
+        + _table(
+            ["writes to", "path", "free GiB", "write GB/s", "what the run writes there"], places, "gates"
+        )
+    )
+    return section("machine", "The machine", body)
+
+
 def notes(data: Mapping[str, Any]) -> str:
     items = [
         f"<li><b>{esc(n.get('target', ''))}</b> {esc(n.get('text', ''))} <span class='small'>{esc(n.get('time', ''))}</span></li>"

@@ -54,7 +54,17 @@ def test_decision_first_then_every_part(tmp_path: Path, data) -> None:
     _, page = report(tmp_path, data, "--price-per-hour", "3")
     sections = [e.attrs["id"] for e in page.all("section")]
     assert sections[0] == "decision"
-    assert sections == ["decision", "gates", "curves", "memory", "steps", "plan", "notes", "environment"]
+    assert sections == [
+        "decision",
+        "gates",
+        "curves",
+        "memory",
+        "steps",
+        "plan",
+        "machine",
+        "notes",
+        "environment",
+    ]
     text = " ".join(page.text)
     assert "rent with control" in text and "$216 for the 3-day package" in text
     # One row per recorded phase, with its verdict.
@@ -147,3 +157,38 @@ def test_the_report_loads_neither_torch_nor_textual() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_machine_check_has_its_section_and_its_text_stays_text(tmp_path: Path, data) -> None:
+    with_machine = copy.deepcopy(data)
+    with_machine["phases"].append(
+        {
+            "name": "machine",
+            "step": "machine",
+            "variant": "control",
+            "verdict": "warn",
+            "reason": "/dev/shm 64 MiB is smaller than the loader's need",
+            "details": {
+                "cpu_gemm_gflops": 101.5,
+                "cpu_memory_gbps": 33.4,
+                "cpu_note": "no peak to compare with on a CPU",
+                "checks": [{"name": "shared_memory", "verdict": "warn", "message": HOSTILE}],
+                "locations": [
+                    {
+                        "role": "checkpoints",
+                        "path": "/ckpt",
+                        "free_gib": 1.5,
+                        "write_gbps": 0.3,
+                        "need": "3 × 1 MiB",
+                    }
+                ],
+            },
+            "memory": {},
+            "params": {},
+        }
+    )
+    text, page = report(tmp_path, with_machine)
+    section = next(e for e in page.all("section") if e.attrs["id"] == "machine")
+    assert section is not None and "CPU: GEMM 101.5 GFLOP/s" in " ".join(page.text)
+    assert "/dev/shm 64 MiB is smaller" in " ".join(page.text) and not page.all("script")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
