@@ -366,3 +366,35 @@ def test_candidate_gpus_side_by_side_measured_projected_and_priced() -> None:
         "not projected: measured on a CPU",
         "not projected: nothing planned",
     }
+
+
+# ------------------------------------------------------------------------ the long run on the GPU
+
+
+def test_fragmentation_growing_over_steady_names_the_update_reserved_memory_fills_the_gpu() -> None:
+    rows = rows_with(step_time=0.5)
+    (steady,) = [r for r in rows if r["step"] == "steady"]
+    # 2 MiB more unused reserve per update over 500 timed updates; 70 000 of 81 559 MiB reserved:
+    # full after (81 559 − 70 000) / 2 ≈ 5 780 more updates, before the run's 5 000 × … updates.
+    steady["details"]["fragmentation"] = {
+        "gap_first_mb": 100.0,
+        "gap_last_mb": 1098.0,
+        "reserved_last_mb": 70_000.0,
+        "gpu_total_mb": 81_559.0,
+        "updates_between": 499,
+        "slope_mb_per_update": 2.0,
+    }
+    plan = compute_plan(record(rows, spec(dataset_size=800_000)))
+    said = [c for c in plan.caveats if "fragmentation:" in c]
+    assert said and "after ~5,780 more updates" in said[0] and "expandable_segments:True" in said[0], (
+        plan.caveats
+    )
+    # A settling allocator (under 64 MiB over steady) or a run that ends first: nothing said.
+    steady["details"]["fragmentation"] |= {"slope_mb_per_update": 0.1, "gap_last_mb": 150.0}
+    assert not [
+        c for c in compute_plan(record(rows, spec(dataset_size=800_000))).caveats if "fragmentation" in c
+    ]
+    steady["details"]["fragmentation"] |= {"slope_mb_per_update": 2.0}
+    assert not [
+        c for c in compute_plan(record(rows, spec(dataset_size=16_000))).caveats if "fragmentation" in c
+    ]

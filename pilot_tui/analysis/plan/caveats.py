@@ -124,6 +124,34 @@ def host_memory_runs_out(steady: PhaseRow, run_hours: float) -> str:
     )
 
 
+# Reserved − allocated growth below this over steady is the allocator settling, not a trend.
+FRAGMENTATION_FLOOR_MB = 64.0
+
+
+def fragmentation_runs_out(steady: PhaseRow, run_updates: int) -> str:
+    """The update where the caching allocator's unused blocks, growing at the slope steady
+    measured, take reserved memory to the GPU's, said when that comes before the run's end."""
+    frag = steady.details.get("fragmentation")
+    if not isinstance(frag, dict):
+        return ""
+    slope, reserved = number_at(frag, "slope_mb_per_update"), number_at(frag, "reserved_last_mb")
+    total, between = number_at(frag, "gpu_total_mb"), number_at(frag, "updates_between")
+    if None in (slope, reserved, total, between) or not slope or slope <= 0:
+        return ""
+    if slope * between < FRAGMENTATION_FLOOR_MB:
+        return ""
+    left = (total - reserved) / slope
+    if left >= run_updates:
+        return ""
+    return (
+        f"fragmentation: reserved − allocated grew {slope:.2f} MiB per update over steady "
+        f"({frag.get('gap_first_mb', 0):.0f} → {frag.get('gap_last_mb', 0):.0f} MiB): reserved reaches this "
+        f"GPU's {total / 1024:.0f} GiB after ~{left:,.0f} more updates, before the run's {run_updates:,} — "
+        "an out-of-memory days in; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as a variant "
+        "(an env variant), or fewer distinct shapes (pad to a few lengths)"
+    )
+
+
 def caveats(
     facts: Facts, sheet: ChoiceSheet, package: PackagePlan, provisional: str | None
 ) -> tuple[str, ...]:
@@ -147,6 +175,9 @@ def caveats(
         full = host_memory_runs_out(steady, run.total_s / 3600)
         if full and full not in out:
             out.append(f"{run.id}: {full}")
+        fragmented = fragmentation_runs_out(steady, run.updates)
+        if fragmented:
+            out.append(f"{run.id}: {fragmented}")
         threads = steady.details.get("torch_threads")
         if isinstance(threads, int):
             cores = text(steady.details, "cpu_count", "?")

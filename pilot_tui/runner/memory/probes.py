@@ -220,3 +220,17 @@ def host_rss_mb(exclude: Sequence[int] = ()) -> tuple[float, int]:
         except psutil.Error:  # it ended between the listing and the read
             continue
     return total / MIB, count
+
+
+def device_reserve(device: torch.device) -> tuple[float, float, float] | None:
+    """(reserved, allocated, the GPU's total) MiB on a CUDA device; None elsewhere. Reserved
+    minus allocated is what the caching allocator holds in blocks no tensor uses: its growth
+    over a steady loop is fragmentation that can end a long run in an out-of-memory."""
+    if device.type != "cuda":
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory
+    return (
+        torch.cuda.memory_reserved(device) / MIB,
+        torch.cuda.memory_allocated(device) / MIB,
+        total / MIB,
+    )

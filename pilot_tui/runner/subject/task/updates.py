@@ -19,7 +19,7 @@ from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ...distributed import state as dist_state
 from ...loop import objective_gate
 from ...loop.training import TrainState, UpdateStats, train_update
-from ...memory.probes import forget_peaks, host_rss_mb, synchronize, tensor_mb
+from ...memory.probes import device_reserve, forget_peaks, host_rss_mb, synchronize, tensor_mb
 from ...processes import template
 from ...timing.speed_reference import reference_s
 from ...timing.steady import (
@@ -131,6 +131,26 @@ def _same_split_on_every_rank(ctx: RunContext) -> None:
     problem = rank_data.split_mismatch(digests)
     if problem:
         raise PhaseFailure(problem, {"split_digests": digests})
+
+
+def fragmentation_details(
+    first: tuple[float, float, float] | None, last: tuple[float, float, float] | None, timed: int
+) -> dict[str, dict[str, float]]:
+    """Reserved − allocated after the first and the last timed update (CUDA): its slope per
+    update, which the plan projects to the update where reserved memory reaches the GPU's."""
+    if first is None or last is None:
+        return {}
+    gap_first, gap_last = first[0] - first[1], last[0] - last[1]
+    return {
+        "fragmentation": {
+            "gap_first_mb": round(gap_first, 3),
+            "gap_last_mb": round(gap_last, 3),
+            "reserved_last_mb": round(last[0], 3),
+            "gpu_total_mb": round(last[2], 1),
+            "updates_between": max(timed - 1, 0),
+            "slope_mb_per_update": round((gap_last - gap_first) / max(timed - 1, 1), 6),
+        }
+    }
 
 
 def _pilots_own() -> list[int]:
@@ -305,6 +325,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     load_before, queue_before = machine_load(), runqueue_clock()
     n, stopped, interval = 0, None, mean_interval([])
     rss_first = rss_last = (0.0, 0)
+    reserve_first: tuple[float, float, float] | None = None
+    reserve_last: tuple[float, float, float] | None = None
     check_at = rule.next_checkpoint(0)
     heap.hold()
     t0 = next_progress = clock.mark()
@@ -317,9 +339,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
             now = clock.mark()
             n += 1
             if n == 1:
-                rss_first = host_rss_mb(
-                    _pilots_own()
-                )  # the workers started: the host memory the run begins on
+                # The workers started: the host memory (and device reserve) the run begins on.
+                rss_first = host_rss_mb(_pilots_own())
+                reserve_first = device_reserve(ctx.device)
             # On a CPU the float now (it is already on the host): no tensor per update kept
             # alive through the ones that follow; on a GPU reading it would sync the device.
             losses.append(stats.loss if cuda else float(stats.loss))
@@ -338,6 +360,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
                 total = n if stopped is not None else expected_updates(rule, interval, n)
                 ctx.progress(run.step.key, n, total, tap.latest(), timing_message(interval, rule))
         rss_last = host_rss_mb(_pilots_own())  # before the workers end with the feed
+        reserve_last = device_reserve(ctx.device)
     finally:
         heap.release()
         feed.close()
@@ -365,6 +388,7 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         # The host memory of this process and its loader workers over the timed loop: a slope the
         # plan projects to the hour it reaches the machine's memory (analysis/plan/caveats.py).
         "host_rss": host_rss_details(rss_first, rss_last, n),
+        **fragmentation_details(reserve_first, reserve_last, n),
         "examples_per_s": examples / timed,
         "tokens_per_s": tokens / timed,
         "loss_first": values[0],
