@@ -398,3 +398,20 @@ def test_fragmentation_growing_over_steady_names_the_update_reserved_memory_fill
     assert not [
         c for c in compute_plan(record(rows, spec(dataset_size=16_000))).caveats if "fragmentation" in c
     ]
+
+
+def test_preprocessing_scaled_to_the_full_dataset_against_the_collective_timeout() -> None:
+    rows = rows_with(step_time=0.5)
+    (load,) = [r for r in rows if r["step"] == "load"]
+    # 12 s before train() for 800 rows: 12 000 s for the full 800 000, 2 000 % of NCCL's 600 s.
+    load["details"] |= {"capture_s": 12.0, "train_examples": 800}
+    two = compute_plan(record(rows, spec(dataset_size=800_000, gpus=2)))
+    said = [c for c in two.caveats if c.startswith("preprocessing:")]
+    assert said and "~12,000 s" in said[0] and "2000% of the 600 s collective timeout" in said[0], two.caveats
+    # One process waits for no collective; a dataset the pilot already held is no projection.
+    assert not [
+        c for c in compute_plan(record(rows, spec(dataset_size=800_000))).caveats if "preprocessing" in c
+    ]
+    assert not [
+        c for c in compute_plan(record(rows, spec(dataset_size=800, gpus=2))).caveats if "preprocessing" in c
+    ]

@@ -12,6 +12,7 @@ from ...core.rows import PhaseRow
 from ...core.verdict import PASS
 from .inputs import Environment, Facts, number_at, step_key, text
 from .package import PackagePlan
+from .rental import NCCL_DEFAULT_TIMEOUT_S, SAVE_TIMEOUT_SHARE
 from .sheet import ChoiceSheet
 
 # Above this 1-minute load average per core the timed loop shared the CPU: its step times are not
@@ -152,6 +153,33 @@ def fragmentation_runs_out(steady: PhaseRow, run_updates: int) -> str:
     )
 
 
+def preprocessing_timeout(facts: Facts) -> str:
+    """On several ranks: the script's work before train() (model load, tokenisation, packing),
+    scaled from the pilot's rows to the full dataset, against the collective timeout — rank 0
+    preparing the data while the other ranks wait at their first collective (row 51)."""
+    spec, load = facts.spec, facts.row("load")
+    if load is None or (spec.distributed.strategy == "none" and spec.plan.gpus <= 1):
+        return ""
+    before, rows = number_at(load.details, "capture_s"), number_at(load.details, "train_examples")
+    full = spec.plan.dataset_size
+    if not before or not rows or full <= rows:
+        return ""
+    projected = before * full / rows
+    if spec.distributed.strategy != "none":
+        timeout, source = spec.distributed.timeout_s, "[distributed] timeout_s"
+    else:
+        timeout, source = NCCL_DEFAULT_TIMEOUT_S, "NCCL's default process-group timeout"
+    if projected <= SAVE_TIMEOUT_SHARE * timeout:
+        return ""
+    return (
+        f"preprocessing: everything before train() took {before:.3g} s for the pilot's {rows:,.0f} rows "
+        f"(model load included: an upper bound); the full {full:,} rows take ~{projected:,.0f} s, "
+        f"{projected / timeout:.0%} of the {timeout:g} s collective timeout ({source}) — rank 0 preparing "
+        "them while the other ranks wait at their first collective times out: preprocess once before the "
+        "launch (the datasets cache, main_process_first) or raise the timeout"
+    )
+
+
 def caveats(
     facts: Facts, sheet: ChoiceSheet, package: PackagePlan, provisional: str | None
 ) -> tuple[str, ...]:
@@ -165,6 +193,9 @@ def caveats(
         out.append(f"disk ({space.status}): {space.reason} in {space.checkpoint_dir}")
     if timeout is not None and timeout.status != PASS:
         out.append(f"save ({timeout.status}): {timeout.reason}")
+    prepared = preprocessing_timeout(facts)
+    if prepared:
+        out.append(prepared)
     for run in package.order:
         steady = facts.rows.get(step_key("steady", run.id))
         if steady is None:
