@@ -445,6 +445,8 @@ class PilotApp(App[int]):
         elif pane == "counters":
             counters = self.counters_pane
             counters.show_ranks(*latest_ranks([g.row for g in self.gates.values() if g.row is not None]))
+            machine = [g.row for g in self.gates.values() if g.phase == "machine" and g.row is not None]
+            counters.show_machine(machine[-1] if machine else None)
             if self.saved is not None:
                 peaks = [g.row.memory.peak() for g in self.gates.values() if g.row is not None]
                 counters.show_saved(self.sections.get("environment", {}), [p for p in peaks if p is not None])

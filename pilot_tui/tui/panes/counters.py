@@ -17,7 +17,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
-from ...core.rows import RankRow
+from ...core.rows import PhaseRow, RankRow
+from ...core.text import one_line
 from ..cpu import CpuSample
 from ..focus import RestyleSelfOnFocus
 from ..nvml import GpuSample, NvmlSnapshot, campaign_gpus, match_runner
@@ -159,6 +160,9 @@ class CountersPane(RestyleSelfOnFocus, VerticalScroll):
         yield Label("Runner process", classes="section")
         yield Static("no counters yet: they arrive while a phase runs", id="runner")
         yield Static("", id="cpu")
+        # Hidden until the machine check has run: its figures beside the live counters.
+        yield Label("Machine check", id="machine-label", classes="section").set_styles("display: none;")
+        yield Static("", id="machine").set_styles("display: none;")
         # Hidden until a phase runs on several ranks: a one-process campaign's pane is unchanged.
         yield Label("Ranks", id="ranks-label", classes="section").set_styles("display: none;")
         yield Static("", id="ranks").set_styles("display: none;")
@@ -254,6 +258,30 @@ class CountersPane(RestyleSelfOnFocus, VerticalScroll):
         label.update(Text(f"Ranks ({len(ranks)}), last phase on several: {step}"))
         table.update(rank_table(ranks))
         label.display = table.display = True
+
+    def show_machine(self, row: PhaseRow | None) -> None:
+        """The machine check's figures (docs/machine.md): its verdict, and each check's line."""
+        if row is None:
+            return
+        label, body = self.query_one("#machine-label", Label), self.query_one("#machine", Static)
+        key = (row.verdict, row.reason, row.started)
+        if self.__dict__.get("_machine_key") == key:
+            return
+        self.__dict__["_machine_key"] = key
+        table = Table.grid(padding=(0, 1))
+        table.add_column(no_wrap=True, style="bold")
+        table.add_column()
+        styles = {"pass": "green", "warn": "yellow", "fail": "red"}
+        for check in row.details.get("checks") or []:
+            if isinstance(check, dict):
+                verdict = str(check.get("verdict", ""))
+                table.add_row(
+                    Text(f"{check.get('name', '')}", style=styles.get(verdict, "")),
+                    Text(one_line(str(check.get("message", "")), 300)),
+                )
+        label.update(Text(f"Machine check: {row.verdict}"))
+        body.update(table)
+        label.display = body.display = True
 
     def show_saved(self, environment: dict[str, Any], peaks: list[float]) -> None:
         """A saved record has no live samples: its devices, and each phase's peak as history."""
