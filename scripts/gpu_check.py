@@ -49,7 +49,7 @@ MIB = 1024 * 1024
 DEVICE = "cuda"
 
 # Seconds each part may take at most (each also stops at the overall budget).
-PART_LIMITS = {"nvml": 45, "poison": 70, "demo": 110, "oom": 90, "torchrun": 120}
+PART_LIMITS = {"nvml": 45, "machine": 60, "poison": 70, "demo": 110, "oom": 90, "torchrun": 120}
 
 
 class Checks:
@@ -296,6 +296,7 @@ def demo_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> 
         or ("all rows pass/warn" if code == 0 else f"no failed row, but {exit_text(code, seconds)}"),
     )
     row_checks(checks, "demo", data)
+    baseline_flat(checks, "demo", rows, ["first_step@bf16", "first_step@fp16", "first_step@mb1"])
     estimate_vs_measured(checks, data)
     variants = {v["id"]: v for v in data.get("variants", [])}
     ctrl, bf16 = variants.get("control", {}), variants.get("bf16", {})
@@ -370,6 +371,59 @@ def estimate_vs_measured(checks: Checks, data: dict[str, Any]) -> None:
     report_estimate(data, check)
 
 
+def baseline_flat(checks: Checks, label: str, rows: dict[str, dict[str, Any]], steps: list[str]) -> None:
+    """Each configuration starts from a clean GPU: the allocated baseline before each of these
+    first steps (memory.baseline_allocated_mb) within 64 MiB of the lowest (a variant's state,
+    a leaked graph or an OOM's frames would add hundreds of MiB to tens of GiB)."""
+    found = {s: rows.get(s, {}).get("memory", {}).get("baseline_allocated_mb") for s in steps}
+    known = {s: v for s, v in found.items() if isinstance(v, int | float)}
+    spread = max(known.values()) - min(known.values()) if len(known) >= 2 else None
+    checks.add(
+        f"{label}: allocated baseline flat across variants",
+        spread is not None and spread <= 64,
+        ", ".join(
+            f"{s} {v:.0f} MiB" if isinstance(v, int | float) else f"{s} not run" for s, v in found.items()
+        ),
+    )
+
+
+def machine_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> None:
+    """`pilot-tui machine` on this box: GEMM and memory bandwidth against the datasheet per GPU,
+    the host's disks and /dev/shm (docs/machine.md)."""
+    import tomli_w  # ensured by ensure_pure_deps
+
+    raw = merge(
+        tomllib.loads(DEMO.read_text()), {"batch": {"device": DEVICE}, "campaign": {"name": "gpu-machine"}}
+    )
+    path = work / "machine.toml"
+    path.write_text(tomli_w.dumps(raw))
+    log = work / "machine.log"
+    code, seconds = run_limited(
+        [sys.executable, "-m", "pilot_tui", "machine", str(path), "--json"], env, limit, log
+    )
+    try:
+        lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("{"))
+        result = json.loads("\n".join(lines[start:]))
+    except (StopIteration, ValueError):
+        checks.add("machine: the check ran", False, exit_text(code, seconds))
+        return
+    checks.add("machine: the check ran", code in (0, 1), f"{exit_text(code, seconds)}: {result['verdict']}")
+    details = result.get("details", {})
+    gpus = details.get("gpus", [])
+    for g in gpus:
+        gemm, mem = g.get("gemm_tflops"), g.get("memory_gbps")
+        checks.add(
+            f"machine: GPU {g.get('index')} measured",
+            isinstance(gemm, int | float) and isinstance(mem, int | float),
+            f"{g.get('name', '?')}: GEMM {gemm} TFLOP/s, memory {mem} GB/s",
+        )
+    verdicts = {c["name"]: c["verdict"] for c in details.get("checks", [])}
+    checks.add("machine: no failed check", "fail" not in verdicts.values(), str(verdicts)[:110])
+    if DEVICE == "cpu":
+        checks.add("machine: CPU figures", "cpu_gemm_gflops" in details, str(details.get("cpu_gemm_gflops")))
+
+
 def oom_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> None:
     # 400M parameters and 16384 sequences a microbatch: hundreds of GiB of activations, far past
     # any card: a real CUDA out-of-memory, which must fail its row and leave the runner working.
@@ -410,6 +464,7 @@ def oom_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> N
         f"OOM row {per_phase}, next variant's steady {rows.get('steady@mb8', {}).get('memory', {}).get('num_ooms')}, "
         f"runner lifetime {huge.get('details', {}).get('runner_num_ooms')}",
     )
+    baseline_flat(checks, "oom", rows, ["first_step", "first_step@mb8"])
     after = [rows.get(k, {}).get("verdict") for k in ("first_step@mb8", "steady@mb8", "eval_longest@mb8")]
     checks.add(
         "oom: next variant measured after the OOM", all(v in ("pass", "warn") for v in after), str(after)
@@ -529,13 +584,14 @@ def main() -> int:
         env = ensure_pure_deps(work)
         parts = (
             ("nvml", nvml_part),
+            ("machine", machine_part),
             ("poison", poison_part),
             ("demo", demo_part),
             ("oom", oom_part),
             ("torchrun", torchrun_part),
         )
         if DEVICE == "cpu":  # no CUDA to hold, and a 400M-parameter model would swamp the host
-            parts = parts[1:3]
+            parts = parts[1:4]
         for name, part in parts:
             left = deadline - time.monotonic()
             if left < 10:
