@@ -382,7 +382,10 @@ def baseline_flat(checks: Checks, label: str, rows: dict[str, dict[str, Any]], s
         f"{label}: allocated baseline flat across variants",
         spread is not None and spread <= 64,
         ", ".join(
-            f"{s} {v:.0f} MiB" if isinstance(v, int | float) else f"{s} not run" for s, v in found.items()
+            f"{s} {v:.0f} MiB"
+            if isinstance(v, int | float)
+            else f"{s} {'no CUDA figure' if s in rows else 'not run'}"
+            for s, v in found.items()
         ),
     )
 
