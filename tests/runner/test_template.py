@@ -74,10 +74,8 @@ def test_a_planted_state_of_run_a_does_not_reach_process_c(warm_template, tmp_pa
 
 
 def test_a_child_starts_without_paying_the_imports_again(warm_template, tmp_path: Path) -> None:
-    deadline = time.monotonic() + 120
-    while not warm_template.ready() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert warm_template.ready() and not warm_template.failed
+    # What steady waits on before it times anything (phases/steady.py).
+    assert warm_template.wait_ready(120) and warm_template.ready() and not warm_template.failed
     t0 = time.monotonic()
     _probe(tmp_path / "warm")
     forked = time.monotonic() - t0

@@ -7,9 +7,22 @@ import torch
 
 from ...analysis.checks import Check
 from ...analysis.mfu import mfu
+from ...core.steps import Step
 from ...core.verdict import PASS
 from ..context import RunContext
-from .base import Outcome, PhaseRun, check, phase
+from ..processes import template
+from .base import Outcome, PhaseRun, before_step, check, phase
+
+# Longer than any import seen (6.8 s with TRL on 2 cores); past it the timing goes on regardless.
+TEMPLATE_WAIT_S = 60.0
+
+
+@before_step
+def template_settled(ctx: RunContext, step: Step) -> None:
+    """Timed updates never share the CPU with the template process's imports (processes/template.py)."""
+    tmpl = template.current()
+    if step.phase == "steady" and tmpl is not None and not tmpl.ready():
+        tmpl.wait_ready(TEMPLATE_WAIT_S)
 
 
 @phase("steady")

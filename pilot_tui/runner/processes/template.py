@@ -121,6 +121,14 @@ class Template:
     def ready(self) -> bool:
         return self._ready.is_set()
 
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Until its imports are done (or it died, or `timeout_s` passed): whether it is ready."""
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.05):
+            if not self.alive() or time.monotonic() > deadline:
+                return False
+        return True
+
     def _read(self) -> None:
         while True:
             try:
