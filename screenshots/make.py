@@ -50,6 +50,9 @@ async def shoot(app: PilotApp, out: Path) -> list[Path]:
         for pane, key in PANES.items():
             await pilot.press(key)
             await until(lambda: not app.dirty & {app.tabs.active}, f"pane {pane}")
+            # The Board draws its curves at most twice a second: wait for that frame, or the
+            # picture depends on when it was taken.
+            await until(lambda: not app.board_pane.plot_pending, f"pane {pane}'s curves")
             await pilot.pause()
             path = out / f"{pane}.svg"
             path.write_text(app.export_screenshot(title=f"pilot-tui · {pane}"))
