@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.rows import ALL_PASSED
 from ..core.verdict import FAIL, PASS, WARN, Verdict
 
 # How many offending ids or groups a check keeps.
@@ -51,7 +52,7 @@ def verdict_of(checks: Sequence[Check]) -> tuple[Verdict, str]:
         return FAIL, "; ".join(fails + warns)
     if warns:
         return WARN, "; ".join(warns)
-    return PASS, "all checks passed"
+    return PASS, ALL_PASSED
 
 
 def pct(part: int, whole: int) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .rows import PhaseRow, number
+from .rows import ALL_PASSED, PhaseRow, number
 
 
 def _n(details: Mapping[str, Any], key: str) -> float | None:
@@ -151,9 +151,6 @@ def key_figure(row: PhaseRow) -> str:
         return "; ".join(figures(row.details))
     except (TypeError, ValueError):  # a damaged record's odd value: no figure rather than a crash
         return ""
-
-
-ALL_PASSED = "all checks passed"
 
 
 def shown_reason(row: PhaseRow) -> str:

@@ -62,17 +62,15 @@ def job_plan(
             f"{shortest / 60:.0f} min between saves, more than a quarter of a {max_job_h:g} h job "
             f"— fewer than {CHECKPOINTS_PER_JOB} checkpoints a job; make the save faster (async, sharded)"
         )
-        interval = shortest
-    else:
-        interval = shortest
-    every = max(1, round(interval / step_s)) if step_s > 0 else 1
-    interval = every * step_s if step_s > 0 else interval
+    # The shortest interval the save allows: the least work redone after a preemption.
+    every = max(1, round(shortest / step_s)) if step_s > 0 else 1
+    interval = every * step_s if step_s > 0 else shortest
     per_job = (job_s - again) if job_s else math.inf
     if per_job <= 0:
-        return JobPlan(max_job_h, preemptible, 0, every, interval, save / (interval + save) if save else 0.0,
-                       0.0, again, 0.0, interval, 0.0,
-                       f"a restart takes {again:.0f} s, longer than a {max_job_h:g} h job: the run cannot progress")  # fmt: skip
-    jobs = max(1, math.ceil(work_s / per_job)) if job_s else 1
+        jobs = 0
+        note = f"a restart takes {again:.0f} s, longer than a {max_job_h:g} h job: the run cannot progress"
+    else:
+        jobs = max(1, math.ceil(work_s / per_job)) if job_s else 1
     return JobPlan(
         max_job_h=max_job_h,
         preemptible=preemptible,
@@ -84,7 +82,7 @@ def job_plan(
         restart_s=round(again, 3),
         redo_planned_s=0.0,
         redo_preempted_s=round(interval, 3),
-        extra_s=round((jobs - 1) * again, 3),
+        extra_s=round(max(jobs - 1, 0) * again, 3),
         note=note,
     )
 
