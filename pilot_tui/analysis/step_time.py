@@ -248,7 +248,9 @@ def step_range(
     # A run short enough for steady to have timed several stretches of it: their means' spread.
     windows = window_half_width(_positives(details.get("step_times_s")), updates)
     if windows is None and borrowed_spread is not None and updates and updates >= 2:
-        windows = (borrowed_spread * mean, 0)  # k 0: the stretches were another configuration's
+        # k 0: the stretches were another configuration's. The run varies by the borrowed share
+        # and this row's mean is known to ±ci: two independent errors, both in the range.
+        windows = (math.hypot(borrowed_spread * mean, ci), 0)
     widened_by_windows = windows is not None and windows[0] > half
     if windows is not None:
         half = max(half, windows[0])
@@ -261,7 +263,8 @@ def step_range(
     if widened_by_windows and windows is not None and windows[1] == 0:
         parts.append(
             f"±{half / mean:.1%} for a run of {updates:,} updates: the control's timed stretches of "
-            "that length varied that much on this machine"
+            f"that length varied ±{borrowed_spread or 0:.1%} on this machine, and this mean is known "
+            f"to ±{precision:.1%}"
         )
     elif widened_by_windows and windows is not None:
         parts.append(

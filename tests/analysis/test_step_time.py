@@ -251,6 +251,40 @@ def test_a_variant_timed_to_its_precision_borrows_the_controls_drift_over_the_ru
     assert "the control's timed stretches of that length" in borrowed.caveat
 
 
+def test_a_variant_timed_only_to_half_the_borrowed_spread_still_holds_the_run():
+    """A variant's steady stops once its mean is known to half the control's run spread
+    (runner/timing/steady.lent_precision), not to the declared ±1 %: it times far fewer updates,
+    its range holds that spread and its own interval together, and that range still holds a
+    later run's mean ≥ 95 % of the time."""
+    rng = random.Random(7)
+
+    def timed_until(times: list[float], target: float) -> int:
+        n = 20
+        while n < len(times) and not mean_interval(times[:n]).within(target):
+            n += 10
+        return n
+
+    held, lent, declared = 0, [], []
+    trials = 300
+    for _ in range(trials):
+        control = drifting(rng, rng.uniform(0, 1000), 200)
+        spread = run_spread(details(step_s_mean=sum(control) / 200, step_times_s=control), 40)
+        assert spread is not None
+        variant = drifting(rng, rng.uniform(0, 1000), 600, mean=0.02)
+        n = timed_until(variant, max(0.01, spread / 2))
+        lent.append(n)
+        declared.append(timed_until(variant, 0.01))
+        iv = mean_interval(variant[:n])
+        d = details(step_s_mean=iv.mean_s, step_s_ci95=iv.ci95_s, timed_updates=iv.n)
+        span = step_range(d, updates=40, borrowed_spread=spread)
+        assert span is not None
+        assert span.high_s - iv.mean_s >= math.hypot(spread * iv.mean_s, iv.ci95_s) * 0.999
+        future = sum(drifting(rng, rng.uniform(0, 1000), 40, mean=0.02)) / 40
+        held += span.low_s <= future <= span.high_s
+    assert held / trials >= 0.95
+    assert sorted(lent)[trials // 2] * 4 <= sorted(declared)[trials // 2]
+
+
 def test_without_a_drift_the_stretches_widen_a_short_runs_range_little():
     rng = random.Random(6)
     ratios = []

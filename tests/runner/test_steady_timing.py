@@ -18,7 +18,14 @@ import tomli_w
 import torch
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.analysis.step_time import SPEED_MOVED_FLOOR, WINDOWS, mean_interval, speed_moved, step_range
+from pilot_tui.analysis.step_time import (
+    SPEED_MOVED_FLOOR,
+    WINDOWS,
+    mean_interval,
+    run_spread,
+    speed_moved,
+    step_range,
+)
 from pilot_tui.core.events import PhaseProgress
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
@@ -118,6 +125,31 @@ def test_a_run_short_enough_is_timed_in_stretches_of_its_own_length(tmp_path):
     two = StopRule(minimum=4, precision=0.03, budget_s=2.5, window=10)
     assert two.windows_target(tight) == 0 and two.reason(20, 0.5, tight) == "precision"
     assert StopRule(minimum=4, precision=0.0, budget_s=10.0, window=10).reason(4, 0.1, tight) == "count"
+
+
+def test_a_variant_times_to_half_the_run_spread_the_control_measured(tmp_path):
+    # A 21-update campaign: the control times stretches of 20 updates and measures how much a run
+    # that long varies here; a memory variant timed after it needs its mean to half of that only.
+    raw = deep_merge(deep_merge(demo_raw(), FAST), {"batch": {"device": "cpu", "updates": 21}})
+    raw["variants"] = [{"id": "mb1", "microbatch": 1}, {"id": "ckpt", "activation_checkpointing": True}]
+    raw.pop("lr_board", None)
+    path = tmp_path / "campaign.toml"
+    path.write_text(tomli_w.dumps(raw))
+    loaded = load_spec(path)
+    ctx = RunContext(loaded, load_task(loaded), torch.device("cpu"), lambda e: None, tmp_path / "work")
+    fast = {"steady_updates": 4, "steady_budget_s": 30, "steady_min_s": 0.0}
+    control = execute(ctx, Step.of("steady"), fast | {"steady_precision": 0.03})["details"]
+    spread = run_spread(control, 20)
+    assert spread is not None and spread > 0
+    lent = execute(ctx, Step.of("steady", "mb1"), fast)["details"]
+    assert lent["step_s_precision_target"] == pytest.approx(max(0.03, round(spread / 2, 4)))
+    assert lent["timing_window_updates"] == 0  # the stretches stay the control's
+    if spread / 2 > 0.03:
+        assert any(n.startswith(f"timed to ±{spread / 2:.1%}, not ±3%") for n in lent["notes"])
+    # A precision the variant declares itself is kept.
+    own = execute(ctx, Step.of("steady", "ckpt"), fast | {"steady_precision": 0.02})["details"]
+    assert own["step_s_precision_target"] == 0.02
+    assert not any(n.startswith("timed to ±") for n in own["notes"])
 
 
 def test_an_update_is_split_into_data_wait_the_models_work_and_the_pilots_own_loop(tmp_path, monkeypatch):

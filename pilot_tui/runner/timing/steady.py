@@ -17,7 +17,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ...analysis.step_time import MIN_WINDOWS, WINDOWS, MeanInterval, reported_speed_move, updates_needed
+from ...analysis.step_time import (
+    MIN_WINDOWS,
+    WINDOWS,
+    MeanInterval,
+    reported_speed_move,
+    run_spread,
+    updates_needed,
+)
 from ..context import RunContext
 from ..distributed import state as dist_state
 from ..loop.training import TrainState
@@ -142,6 +149,39 @@ def stop_rule(phases: Any, overrides: Mapping[str, Any], ceiling_s: float, windo
         min_s=float(overrides.get("steady_min_s", phases.steady_min_s)),
         window=max(0, window),
     )
+
+
+# The memo key of the run spread the control's steady measured (`analysis/step_time.run_spread`).
+RUN_SPREAD_KEY = "steady.run_spread"
+
+
+def remember_spread(memo: dict[str, Any], details: Mapping[str, Any], window: int) -> None:
+    """After the control's steady: how much a run of the planned length varied on this machine,
+    for the variants timed after it (`lent_precision`)."""
+    memo[RUN_SPREAD_KEY] = run_spread(details, window) if window >= 2 else None
+
+
+def lent_precision(rule: StopRule, overrides: Mapping[str, Any], memo: Mapping[str, Any]) -> StopRule:
+    """A variant's rule once the control measured its run spread: the plan's range for the variant
+    holds that spread and the variant's own interval together (`analysis/step_time.step_range`),
+    so timing its mean finer than half the spread narrows the range by under 12 % and costs four
+    times the updates for each halving. A precision the variant declares itself is kept."""
+    spread = memo.get(RUN_SPREAD_KEY)
+    if spread is None or rule.precision <= 0 or "steady_precision" in overrides:
+        return rule
+    return replace(rule, precision=max(rule.precision, round(spread / 2, 4)))
+
+
+def lent_note(rule: StopRule, declared: float, memo: Mapping[str, Any]) -> list[str]:
+    """Words for a row whose precision target `lent_precision` loosened."""
+    spread = memo.get(RUN_SPREAD_KEY)
+    if spread is None or rule.precision <= declared:
+        return []
+    return [
+        f"timed to ±{rule.precision:.1%}, not ±{declared:.0%}: a run of the planned length varied "
+        f"±{spread:.1%} on this machine (the control's timed stretches), and the plan's range "
+        "holds both"
+    ]
 
 
 def expected_updates(rule: StopRule, interval: MeanInterval, n: int) -> int:

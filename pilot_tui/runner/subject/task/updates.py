@@ -31,8 +31,11 @@ from ...timing.steady import (
     expected_updates,
     host_feed,
     interval_details,
+    lent_note,
+    lent_precision,
     load_details,
     machine_load,
+    remember_spread,
     runqueue_clock,
     runqueue_share,
     spread_details,
@@ -308,7 +311,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     # Only the control times stretches of it: how a run that long drifts is the machine's, and the
     # plan lends it to the variants, which stop at their precision (seconds each, not the budget).
     window = state.config.total_updates - 1 if variant == "control" else 0
-    rule = stop_rule(p, ov, ctx.spec.limit_for("steady").time_s, window)
+    declared = stop_rule(p, ov, ctx.spec.limit_for("steady").time_s, window)
+    rule = declared if variant == "control" else lent_precision(declared, ov, ctx.memo)
     taken = state.step  # updates already taken: a failure is named by the campaign's update number
     losses: list[Any] = []
     examples, tokens, model_s = 0, 0, 0.0
@@ -406,6 +410,9 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
         # The share of the loop the timing thread was ready but waited for a CPU: the load it ran under.
         details["runqueue_share"] = queue_share
     notes += timing_notes(interval, rule, stopped, speed, cuda)
+    notes += lent_note(rule, declared.precision, ctx.memo)
+    if variant == "control":
+        remember_spread(ctx.memo, details, window)
     if state.scaler.is_enabled():
         # fp16: a step the scaler skipped (inf/NaN gradients) was timed but moved no weight.
         details["scaler_skipped_updates"] = sum(bool(x) for x in skips)
