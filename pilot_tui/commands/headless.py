@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from ..analysis.plan import Plan, summary_lines
@@ -181,16 +181,23 @@ class OpeningBeat:
     every 2 s, otherwise a line every `period` seconds. Reading and tokenising a large dataset
     or a script's `dataset.map` takes minutes before the first phase."""
 
-    def __init__(self, out: TextIO, bar: ProgressBar, period: float) -> None:
+    def __init__(
+        self, out: TextIO, bar: ProgressBar, period: float, stage: Callable[[], str] = lambda: ""
+    ) -> None:
         self.out, self.bar = out, bar
         self.period = min(period, OPENING_TTY_S) if bar.enabled else period
         self.last = 0.0
+        self.stage = stage  # what the runner said it is doing (session.opening_stage)
+        self.said = ""
 
     def see(self, waited: float) -> None:
-        if waited - self.last < self.period:
+        stage = self.stage()
+        # On a terminal a new stage is drawn at once; a log gets a line per period.
+        moved = self.bar.enabled and stage != self.said and waited >= OPENING_TTY_S
+        if waited - self.last < self.period and not moved:
             return
-        self.last = waited
-        line = f"opening the campaign: the runner builds the task ({waited:.0f} s)"
+        self.last, self.said = waited, stage
+        line = f"opening the campaign: {stage or 'the runner builds the task'} ({waited:.0f} s)"
         if self.bar.enabled:
             self.bar.status(line)
         else:
@@ -251,7 +258,7 @@ def stop_on_signals(session: Session) -> Iterator[list[int]]:
 def _run(
     session: Session, out: TextIO, err: TextIO, keep_going: bool, stopped: list[int], heartbeat_s: float
 ) -> int:
-    opening = OpeningBeat(out, ProgressBar(err), heartbeat_s)
+    opening = OpeningBeat(out, ProgressBar(err), heartbeat_s, lambda: session.opening_stage)
     session.on_open_wait = opening.see
     try:
         ready = session.start()

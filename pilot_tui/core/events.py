@@ -75,6 +75,15 @@ class RunnerReady(WireMessage):
 
 
 @dataclass(frozen=True)
+class Opening(WireMessage):
+    """What the runner is doing while it opens the campaign (importing torch, running the script
+    up to its `train()`…): a view says it beside the time waited, so no wait is a silent one."""
+
+    kind: ClassVar[str] = "opening"
+    stage: str
+
+
+@dataclass(frozen=True)
 class BadInput(WireMessage):
     """The campaign cannot run as declared (task file, factory, empty data): exit code 2."""
 
@@ -213,6 +222,7 @@ _TYPES: dict[str, type[WireMessage]] = {
         RunnerError,
         Idle,
         OpenCampaign,
+        Opening,
         RunStep,
         Cancel,
         Shutdown,

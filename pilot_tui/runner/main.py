@@ -26,6 +26,7 @@ from ..core.events import (
     Counters,
     Idle,
     OpenCampaign,
+    Opening,
     RunnerError,
     RunnerReady,
     RunStep,
@@ -173,6 +174,7 @@ def leave_a_core_for_the_view() -> int:
 
 def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: threading.Event):
     """Load spec and task; report BadInput for anything the user must fix."""
+    emit(Opening(stage="importing torch"))
     # After main() set the spawn environment: torch loads only then.
     from .context import RunContext, pick_device
     from .processes.fresh_process import task_file_sha256
@@ -187,6 +189,8 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
         if loaded.spec.task.captures_trainer:
             ctx = _open_trainer(loaded, emit, cmd, cancel)
             return _ready(ctx, ctx.task, emit)
+        t = loaded.spec.task
+        emit(Opening(stage=f"building the task {t.file or t.builtin} (its examples)"))
         task = load_task(loaded)
         device = _campaign_key(loaded, "batch.device", pick_device, loaded.spec.batch.device)
         loaded = _resolve_world(loaded, device)
@@ -221,6 +225,7 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
 
 def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event):
     """A `trainer_script` campaign: the script captured in this process (docs/trainer.md)."""
+    emit(Opening(stage="importing transformers"))
     # After main() set the spawn environment: torch loads only then.
     from .subject.trainer.campaign import open_trainer_campaign
 
@@ -244,6 +249,7 @@ def _ready(ctx, task, emit: Callable[[WireMessage], None]):
         "splits": {k: len(v) for k, v in ctx.splits.items()},
         "max_length": ctx.max_length,
     }
+    emit(Opening(stage="importing torch._dynamo (building an optimizer imports it)"))
     _warm_lazy_imports()
     leave_a_core_for_the_view()
     env = describe(device)

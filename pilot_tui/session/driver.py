@@ -27,6 +27,7 @@ from ..core.events import (
     Counters,
     Idle,
     OpenCampaign,
+    Opening,
     PhaseFinished,
     PhaseStarted,
     RecordUpdate,
@@ -147,6 +148,8 @@ class Session:
         # Told how long the runner has been opening the campaign (building the task, which can
         # take minutes): a view shows it, so the wait never looks like a hang.
         self.on_open_wait: Callable[[float], None] | None = None
+        # What the runner said it is doing while it opens the campaign (events.Opening).
+        self.opening_stage = ""
         # For the row of a runner that died: the kernel's OOM kills before it, its last memory.
         self._oom_kills_at_start: int | None = None
         self._last_rss_mb: float | None = None
@@ -173,8 +176,11 @@ class Session:
                 self._fail_open(
                     f"{self.loaded.path}: the task could not be opened: {first_line(msg.message)}"
                 )
+            if isinstance(msg, Opening):
+                self.opening_stage = msg.stage
             if isinstance(msg, RunnerReady):
                 ready = msg
+        self.opening_stage = ""
         if ready is None:
             self._fail_open(f"{self.loaded.path}: the runner went idle without opening the campaign")
         return ready

@@ -74,6 +74,8 @@ from .state import QUEUED, RUNNING, WAITING, GateState, gate_from_row, next_vari
 PANES = ("gates", "batch", "counters", "board", "plan")
 REDRAW_S = 0.1  # a step starting or ending is drawn within 0.1 s
 STARTING = "starting the runner…"
+# While the runner opens the campaign and has not said what it does (session.opening_stage).
+OPENING = "the runner builds the task"
 LIVE_S = 0.5  # live figures (progress, counters, curves) redraw at most twice a second
 LIVE_PANES = ("counters", "board")  # panes of live figures: redrawn by the timer, not by a switch
 NVML_PERIOD_S = 0.5
@@ -512,7 +514,8 @@ class PilotApp(App[int]):
         if self.status_text == STARTING:
             # Opening can take minutes (a large dataset tokenised, a script's dataset.map).
             waited = time.monotonic() - self.started_at
-            parts.append(f"opening the campaign: the runner builds the task ({waited:.0f} s)")
+            doing = getattr(self.source, "opening_stage", "") or OPENING
+            parts.append(f"opening the campaign: {doing} ({waited:.0f} s)")
         elif self.status_text:
             parts.append(self.status_text)
         return " · ".join(parts)

@@ -381,10 +381,11 @@ def test_headless_shows_a_heartbeat_while_the_task_opens_and_nothing_when_it_is_
         return out.getvalue()
 
     slow = opened(tmp_path / "slow", 2.0)
-    beats = [
-        int(s) for s in re.findall(r"… opening the campaign: the runner builds the task \((\d+) s\)", slow)
-    ]
-    assert len(beats) >= 2 and beats == sorted(beats) and beats[-1] >= 2, slow
+    # Each beat says what the runner said it was doing then, and for how long the open has taken.
+    beats = re.findall(r"… opening the campaign: (.+) \((\d+) s\)", slow)
+    seconds = [int(s) for _, s in beats]
+    assert len(beats) >= 2 and seconds == sorted(seconds) and seconds[-1] >= 2, slow
+    assert re.fullmatch(r"building the task \S*slow_build\.py \(its examples\)", beats[0][0]), slow
     assert slow.index("opening the campaign") < slow.index("pilot-tui · campaign")  # before the header
     # The twin: an open shorter than the period (15 s when not on a terminal) prints no beat.
     quick = opened(tmp_path / "quick", 0.0, period=15.0)

@@ -236,3 +236,47 @@ def test_steady_runs_the_schedule_of_the_scripts_own_run(plain):
     assert m == plain.record["accounting"]["updates"] > 1 + 3 and len(lrs) == 1 + d["updates"] <= m
     # Two updates past the warm-up: lr · ½(1 + cos(π·k / (m − 2))) for k = 0 and 1.
     assert lrs[3] / lrs[2] == pytest.approx((1 + math.cos(math.pi / (m - 2))) / 2, rel=1e-6)
+
+
+def test_the_open_says_what_the_runner_is_doing(tiny, tmp_path):
+    """Before the first row a view waits seconds (imports, the script up to its `train()`): the
+    runner says each stage, and the session hands it to the view while it waits."""
+    from pilot_tui.core.events import Opening
+    from pilot_tui.runner.in_process import InProcessLink
+    from pilot_tui.session.driver import Session
+
+    from .conftest import SCRIPT_ENV, write_campaign
+
+    class Recording(InProcessLink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stages: list[str] = []
+
+        def receive(self, timeout: float):
+            msg = super().receive(timeout)
+            if isinstance(msg, Opening):
+                self.stages.append(msg.stage)
+            return msg
+
+    path = write_campaign(tmp_path, "plain_trainer.py", _args(tiny))
+    link = Recording()
+    seen: list[str] = []
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.update(SCRIPT_ENV)
+    session = Session(path, tmp_path / "records", link=link)
+    session.on_open_wait = lambda waited: seen.append(session.opening_stage)
+    try:
+        os.chdir(tmp_path)
+        session.start()
+    finally:
+        session.close()
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    assert link.stages == [
+        "importing torch",
+        "importing transformers",
+        "running plain_trainer.py up to its trainer.train()",
+        "importing torch._dynamo (building an optimizer imports it)",
+    ]
+    assert set(seen) - {""} <= set(link.stages) and session.opening_stage == ""

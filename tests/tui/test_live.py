@@ -161,3 +161,28 @@ async def test_a_cancel_while_a_dead_runner_restarts_still_stops_the_step(
             await pilot.press("y")
         await wait_for(pilot, lambda: not app.is_running, "the app to exit")
     assert gone(second)
+
+
+async def test_the_status_says_what_the_runner_does_while_it_opens(tmp_path: Path) -> None:
+    # A task that takes seconds to build: the status line names that stage, with its seconds,
+    # before the first row (the runner says each stage of the open: events.Opening).
+    import tomli_w
+
+    mistakes = Path(__file__).resolve().parent.parent / "data" / "mistakes"
+    path = tmp_path / "campaign.toml"
+    raw = {
+        "campaign": {"name": "slow-open"},
+        "task": {"file": str(mistakes / "slow_build.py"), "options": {"open_s": 4.0}},
+        "batch": {"microbatch": 4, "accumulation": 1, "device": "cpu", "hold": "updates", "updates": 40},
+    }
+    path.write_text(tomli_w.dumps(raw))
+    app = make_app(path, tmp_path)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await wait_for(
+            pilot,
+            lambda: "opening the campaign: building the task" in app._status_line(),
+            "the status to name the task's build",
+        )
+        assert "slow_build.py (its examples)" in app._status_line()
+        await wait_for(pilot, lambda: app.runner.ready, "the runner to open the campaign")
+        assert "opening the campaign" not in app._status_line()

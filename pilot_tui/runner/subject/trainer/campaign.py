@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import transformers
 
-from ....core.events import WireMessage
+from ....core.events import Opening, WireMessage
 from ....core.hashing import sha256_file
 from ....core.spec import LoadedSpec, VariantSpec, load_spec
 from ....tasks.loader import TaskError
@@ -179,6 +179,9 @@ def open_trainer_campaign(
     where the trainer reads LOCAL_RANK / WORLD_SIZE itself and wraps its model in DDP."""
     launch_changes = cpu_ranks_env()
     rss_before = _vm_hwm_bytes()
+    t = loaded.spec.task
+    program = t.program if t.trainer_module else Path(t.program).name
+    emit(Opening(stage=f"running {program} up to its trainer.train()"))
     cap = capture_for(loaded)
     rss_after = _vm_hwm_bytes()
     trainer = cap.trainer
