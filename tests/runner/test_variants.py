@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import textwrap
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,8 @@ def _run(path: Path, records: Path) -> dict:
     return tomllib.loads(session.record.path.read_text())
 
 
-def _live_tensor_mb() -> float:
-    """MiB of every tensor storage still alive in this process, however it is held."""
+def _live_storages() -> dict[int, int]:
+    """Bytes of every tensor storage alive in this process, however it is held, by address."""
     gc.collect()
     storages = {}
     for o in gc.get_objects():
@@ -78,7 +79,13 @@ def _live_tensor_mb() -> float:
             storages[storage.data_ptr()] = storage.nbytes()
         except (RuntimeError, NotImplementedError, TypeError):
             continue
-    return sum(storages.values()) / 2**20
+    return storages
+
+
+def _live_tensor_mb(before: Mapping[int, int]) -> float:
+    """MiB of the tensor storages alive now that were not alive at `before`: what earlier tests
+    of this worker process left, freed meanwhile or not, is not counted."""
+    return sum(n for ptr, n in _live_storages().items() if before.get(ptr) != n) / 2**20
 
 
 def test_demo_variants_side_by_side(write_campaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,10 +95,11 @@ def test_demo_variants_side_by_side(write_campaign, tmp_path: Path, monkeypatch:
     # What each configuration starts on: every variant after the control must find only what the
     # control keeps (its weights, gradients, optimizer state), not what earlier variants left.
     started_on: dict[str, float] = {}
+    before = _live_storages()
 
     def measure(ctx: RunContext, step: Step) -> None:
         if step.phase == "first_step":
-            started_on[step.variant] = _live_tensor_mb()
+            started_on[step.variant] = _live_tensor_mb(before)
 
     monkeypatch.setattr(phase_base, "BEFORE_STEP", [*phase_base.BEFORE_STEP, measure])
     record = _run(path, tmp_path / "records")
