@@ -19,6 +19,7 @@ printed with each round: other work on the machine moves both sides.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import glob
 import importlib.util
 import json
@@ -86,6 +87,17 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, subpro
     return time.perf_counter() - t0, done
 
 
+def first_verdict_s(record: dict, launched: float) -> float | None:
+    """Seconds from the command's launch to the end of the record's first row: what the user
+    waits before any verdict (the runner's imports and the campaign's open, then `stack`)."""
+    rows = record.get("phases", [])
+    if not rows:
+        return None
+    first = rows[0]
+    ended = dt.datetime.fromisoformat(first["started"]).timestamp() + float(first.get("duration_s") or 0)
+    return ended - launched
+
+
 def one_round(script: Path, args: list[str], folder: Path, env: dict[str, str]) -> dict:
     plain_dir, pilot_dir = folder / "plain", folder / "pilot"
     plain_dir.mkdir()
@@ -105,12 +117,19 @@ def one_round(script: Path, args: list[str], folder: Path, env: dict[str, str]) 
         raise SystemExit(f"init failed: {init.stdout[-400:]} {init.stderr[-800:]}")
     raw = tomllib.loads((pilot_dir / "campaign.toml").read_text())
     (pilot_dir / "campaign.toml").write_text(tomli_w.dumps(raw))
+    launched = time.time()
     pilot_s, run = timed([*cli, "run", "campaign.toml", "--headless", "--records", "records"], pilot_dir, env)
     records = glob.glob(str(pilot_dir / "records" / "*.toml"))
     if not records:
         raise SystemExit(f"the pilot wrote no record: {run.stdout[-800:]} {run.stderr[-800:]}")
     record = tomllib.loads(Path(records[0]).read_text())
-    return {"plain_s": plain_s, "pilot_s": pilot_s, "pilot_rc": run.returncode, "record": record}
+    return {
+        "plain_s": plain_s,
+        "pilot_s": pilot_s,
+        "pilot_rc": run.returncode,
+        "record": record,
+        "first_verdict_s": first_verdict_s(record, launched),
+    }
 
 
 def breakdown(record: dict) -> list[str]:
@@ -159,6 +178,12 @@ def main() -> int:
                 f"load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
+            if r["first_verdict_s"] is not None:
+                print(
+                    f"  first verdict {r['first_verdict_s']:.1f} s after the launch (the runner's "
+                    "imports and the campaign's open, then stack)",
+                    flush=True,
+                )
             print("\n".join(breakdown(r["record"])), flush=True)
     ratios.sort()
     print(f"median piloted / plain over {len(ratios)} round(s): {ratios[len(ratios) // 2]:.2f}")
