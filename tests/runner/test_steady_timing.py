@@ -78,7 +78,12 @@ def test_a_loose_target_stops_at_the_minimum_and_a_reachable_one_is_met(tmp_path
     # A run far longer than the timing: no stretches of its length to wait for.
     ctx, _ = context(tmp_path, {"batch": {"updates": 1_000_000}})
     loose = steady(ctx, steady_updates=6, steady_precision=0.99, steady_budget_s=30)["details"]
-    assert loose["timing_stopped"] == "precision" and loose["timed_updates"] == 6
+    assert loose["timing_stopped"] == "precision"
+    # It stops at the minimum unless the minimum's own interval missed ±99 % (one update slowed
+    # tenfold by a loaded machine can do that to six): then at the next evaluation that met it.
+    times = loose["step_times_s"]
+    assert loose["timed_updates"] == 6 or not mean_interval(times[:6]).within(0.99), times
+    assert mean_interval(times).within(0.99)
     assert 0 < loose["step_s_precision"] <= 0.99
     # ±40 %: reached in a few dozen updates even on a busy machine, well before 30 s.
     met = steady(ctx, steady_updates=4, steady_precision=0.4, steady_budget_s=30)["details"]
