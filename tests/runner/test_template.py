@@ -102,3 +102,33 @@ def test_without_a_template_a_fresh_process_starts_the_plain_way(tmp_path: Path,
     monkeypatch.setenv("PYTHONPATH", str(PROBE_DIR))
     result, how = _probe(tmp_path / "plain")
     assert how == "exec" and result["ppid"] == os.getpid()
+
+
+def test_steady_waits_for_the_templates_imports_and_says_so(monkeypatch, tmp_path: Path) -> None:
+    # A template still importing (a module that takes 3.5 s): steady's timed updates wait for it,
+    # and the step's line says what it waits for, with the seconds, past 2 s.
+    from types import SimpleNamespace
+
+    from pilot_tui.core.events import PhaseProgress
+    from pilot_tui.core.steps import Step
+    from pilot_tui.runner.phases.steady import template_settled
+
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PROBE_DIR), os.environ.get("PYTHONPATH", "")]))
+    template.close()
+    slow = template.Template(["slow_import_probe"])
+    monkeypatch.setattr(template, "_TEMPLATE", slow)
+    events: list = []
+    try:
+        template_settled(SimpleNamespace(emit=events.append), Step.of("first_step"))
+        assert not slow.ready()  # only steady waits
+        template_settled(SimpleNamespace(emit=events.append), Step.of("steady"))
+        assert slow.ready() and not slow.failed
+    finally:
+        slow.close()
+    said = [e.message for e in events if isinstance(e, PhaseProgress) and e.step == "steady"]
+    assert said and all(
+        m.startswith("waiting for the template process's imports before timing (") for m in said
+    )
+    seconds = [int(m.rsplit("(", 1)[1].removesuffix(" s)")) for m in said]
+    assert seconds == sorted(seconds) and seconds[0] >= 2, said

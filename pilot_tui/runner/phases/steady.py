@@ -3,13 +3,16 @@ budget ends (`timing/steady.py`): the step time every plan is built from."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ...analysis.checks import Check
 from ...analysis.mfu import mfu
+from ...core.events import PhaseProgress
 from ...core.steps import Step
 from ...core.verdict import PASS
-from ..context import RunContext
+from ..context import SAY_AFTER_S, RunContext
 from ..processes import template
 from .base import Outcome, PhaseRun, before_step, check, phase
 
@@ -19,10 +22,19 @@ TEMPLATE_WAIT_S = 60.0
 
 @before_step
 def template_settled(ctx: RunContext, step: Step) -> None:
-    """Timed updates never share the CPU with the template process's imports (processes/template.py)."""
+    """Timed updates never share the CPU with the template process's imports (processes/template.py);
+    a wait past `SAY_AFTER_S` says so on the step's line, each second."""
     tmpl = template.current()
-    if step.phase == "steady" and tmpl is not None and not tmpl.ready():
-        tmpl.wait_ready(TEMPLATE_WAIT_S)
+    if step.phase != "steady" or tmpl is None or tmpl.ready():
+        return
+    t0 = time.monotonic()
+    while not tmpl.wait_ready(1.0):
+        waited = time.monotonic() - t0
+        if not tmpl.alive() or waited > TEMPLATE_WAIT_S:
+            return
+        if waited >= SAY_AFTER_S:
+            message = f"waiting for the template process's imports before timing ({waited:.0f} s)"
+            ctx.emit(PhaseProgress(step=step.key, done=0, total=1, message=message))
 
 
 @phase("steady")
