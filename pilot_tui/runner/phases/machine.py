@@ -36,16 +36,18 @@ def machine(ctx: RunContext, run: PhaseRun) -> Outcome:
         unknown = f"the batch did not collate: {message_line(exc)}"
     request = request_for(ctx.loaded, ctx.work_dir.parent, ctx.rows, batch_bytes, unknown)
     if ctx.device.type != "cuda":
-        result = run_check(request)
+        with ctx.saying("timing a write to each place the run writes, then the CPU's GEMM and memory"):
+            result = run_check(request)
         return Outcome(Verdict(result.verdict), result.reason, result.details)
     # Measuring every GPU makes a CUDA context on each: in a process of its own, not the runner's.
-    proc = subprocess.run(
-        module_command("pilot_tui.runner.machine", [json.dumps({"request": request.as_json()})]),
-        capture_output=True,
-        text=True,
-        timeout=GPU_CHECK_TIMEOUT_S,
-        check=False,
-    )
+    with ctx.saying("measuring every GPU in a process of its own (GEMM, memory, pair copies, all-reduce)"):
+        proc = subprocess.run(
+            module_command("pilot_tui.runner.machine", [json.dumps({"request": request.as_json()})]),
+            capture_output=True,
+            text=True,
+            timeout=GPU_CHECK_TIMEOUT_S,
+            check=False,
+        )
     if proc.returncode != 0:
         raise PhaseFailure(
             f"the machine check's process ended with code {proc.returncode}: {first_line(proc.stderr[-300:])}"
