@@ -284,9 +284,11 @@ def test_a_slowdown_the_run_queue_cannot_see_is_caught_by_the_reference_around_t
     # it every time.
     # A repeat of the reference runs in 0.6 ms on a fast machine, less than the 5 ms after which
     # a thread waiting for the GIL gets it: the hog would slow one repeat in several, and the
-    # median of the repeats is built to leave such a repeat out. Here each repeat is 20 times
-    # longer than the product's, so that every one of them waits for the hog.
-    monkeypatch.setattr(speed_reference, "_CHAIN", speed_reference._CHAIN * 20)
+    # median of the repeats is built to leave such a repeat out. Here each repeat is twice the
+    # product's, so that every one of them waits for the hog. Not more: every torch op gives the
+    # GIL up and takes it back, each retake waiting up to the 5 ms switch interval under the hog,
+    # and at 20 times (~2,000 retakes a repeat) the phase ran into its 60 s ceiling.
+    monkeypatch.setattr(speed_reference, "_CHAIN", speed_reference._CHAIN * 2)
     ctx, _ = context(tmp_path)
     for _attempt in range(3):
         d, hog = slowed_steady(ctx)
