@@ -218,6 +218,23 @@ def test_steady_times_the_trainers_loop_to_its_precision(plain):
     assert f"at 95 % confidence over {d['timed_updates']} timed updates" in span["step_caveat"]
 
 
+def test_steady_counts_the_tokens_of_its_timed_updates_for_the_mfu(plain):
+    """The trainer's own loop, counted at its training_step: the timed updates' attended tokens,
+    their rate, and the MFU figure from them (on a CPU: the model TFLOP/s, no peak)."""
+    rows = {k: plain.row(k)["details"] for k in ("steady", "steady@mb2", "steady@ckpt")}
+    d = rows["steady"]
+    assert d["timed_tokens"] > 0
+    assert d["tokens_per_s"] == pytest.approx(d["timed_tokens"] / (d["step_s_mean"] * d["timed_updates"]))
+    # An update is the script's 4 × 2 rows, each a few to 64 attended tokens.
+    assert 8 * 2 <= d["timed_tokens"] / d["timed_updates"] <= 8 * 64
+    assert d["mfu"]["why"] == "a CPU: no dense peak to compare with" and d["mfu"]["model_tflops"] > 0
+    # The same updates cut into other microbatches, or checkpointed: the same tokens.
+    same = [k for k, v in rows.items() if v["timed_updates"] == d["timed_updates"]]
+    assert {rows[k]["timed_tokens"] for k in same} == {d["timed_tokens"]}, {
+        k: rows[k]["timed_tokens"] for k in same
+    }
+
+
 def test_the_plan_counts_the_scripts_own_run(plain):
     """The campaign file declares no batch: the plan plans the script's run (1 epoch of its rows
     at its batch), as the runner read it from the trainer's args, not the file's placeholders."""

@@ -15,6 +15,7 @@ import math
 import time
 from typing import Any
 
+import torch
 from transformers import TrainerCallback
 
 from ....analysis.loss_trend import loss_trend
@@ -87,6 +88,58 @@ class PrecisionStop(TrainerCallback):
         return control
 
 
+class TokenTally:
+    """The tokens each update of the trainer's own loop processed, counted at its `training_step`
+    (attended positions: `attention_mask`'s non-zeros, else every input id — what the pilot's own
+    loop counts), for the timed updates' tokens per second and MFU (`phases/steady.py`).
+
+    On the device without a sync per microbatch: one count kernel each, read once after the loop.
+    Installed on the trainer instance for the loop only and put back after it."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.by_update: dict[int, list[Any]] = {}
+        self._own = "training_step" in vars(trainer)
+        self._saved = trainer.training_step
+
+    def __enter__(self) -> TokenTally:
+        original = self._saved
+
+        def counted(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            found = _tokens(inputs)
+            if found is not None:
+                # The update in progress: the trainer has completed global_step of them.
+                self.by_update.setdefault(self.trainer.state.global_step + 1, []).append(found)
+            return original(model, inputs, *args, **kwargs)
+
+        self.trainer.training_step = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._own:
+            self.trainer.training_step = self._saved
+        else:
+            del self.trainer.training_step
+
+    def tokens(self, updates: range) -> int | None:
+        """Tokens of these updates (None when the inputs had none to count)."""
+        counts = [c for u in updates for c in self.by_update.get(u, [])]
+        if not counts:
+            return None
+        return int(sum(int(c) if isinstance(c, int) else c.sum() for c in counts))
+
+
+def _tokens(inputs: Any) -> Any:
+    if not isinstance(inputs, dict):
+        return None
+    mask, ids = inputs.get("attention_mask"), inputs.get("input_ids")
+    if isinstance(mask, torch.Tensor):
+        return mask.count_nonzero()
+    if isinstance(ids, torch.Tensor):
+        return ids.numel()
+    return None
+
+
 # A warm-up and one timed update: the least steady can measure.
 LEAST = 2
 
@@ -138,7 +191,8 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     load_before = machine_load()
     t0 = time.perf_counter()
     try:
-        loop.train_steps(trainer, steps, probe, callbacks=[stop])
+        with TokenTally(trainer) as tally:
+            loop.train_steps(trainer, steps, probe, callbacks=[stop])
     finally:
         stop.heap.release()
     total = time.perf_counter() - t0
@@ -185,6 +239,11 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     }
     if queue_share is not None:
         details["runqueue_share"] = queue_share
+    # The timed updates are the ones after the warm-up: global steps 2 … n + 1.
+    tokens = tally.tokens(range(2, n + 2))
+    if tokens and timed_s > 0:
+        details["tokens_per_s"] = tokens / timed_s
+        details["timed_tokens"] = tokens
     bad = next((i for i, v in enumerate(losses) if not finite(v)), None)
     if bad is not None:
         raise PhaseFailure(f"non-finite loss at steady update {bad + 1}", details)
