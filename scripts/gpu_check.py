@@ -16,8 +16,11 @@ checks what can fail:
 - a device-side assert fails its row ("CUDA context poisoned") and the next step runs in a new
   runner; the CLI exits 1;
 - eval peaks are not inherited from training (eval_longest and every fit-search point);
+- a user's Trainer script through `pilot-tui init --trainer` (scripts/gpu_tasks/trainer_script.py):
+  every row passes on CUDA, steady timed by CUDA events with its MFU against the dense peak,
+  resume in a new process, a bf16 variant by a fresh capture;
 - the campaign under torchrun (R22): ddp on every visible GPU with nccl, an fsdp variant, per-rank
-  rows, and the all-reduce when there are several GPUs (needs `--budget-s 420` to be reached
+  rows, and the all-reduce when there are several GPUs (needs `--budget-s 540` to be reached
   after the other parts).
 
 Every subprocess has a timeout (killed with its process group); each result is appended to
@@ -45,11 +48,21 @@ REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "campaigns" / "demo.toml"
 WHEELS = REPO / "scripts" / "wheels"
 POISON_TASK = REPO / "scripts" / "gpu_tasks" / "poison_task.py"
+TRAINER_SCRIPT = REPO / "scripts" / "gpu_tasks" / "trainer_script.py"
+TRAINER_ASSETS = REPO / "tests" / "data" / "trainer_scripts" / "tiny_assets.py"
 MIB = 1024 * 1024
 DEVICE = "cuda"
 
 # Seconds each part may take at most (each also stops at the overall budget).
-PART_LIMITS = {"nvml": 45, "machine": 60, "poison": 70, "demo": 110, "oom": 90, "torchrun": 120}
+PART_LIMITS = {
+    "nvml": 45,
+    "machine": 60,
+    "poison": 70,
+    "demo": 110,
+    "trainer": 120,
+    "oom": 90,
+    "torchrun": 120,
+}
 
 
 class Checks:
@@ -513,6 +526,90 @@ def poison_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -
     checks.add("poison: CLI exits 1, never 0", code == 1, exit_text(code, seconds))
 
 
+def trainer_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> None:
+    """A user's transformers Trainer script (scripts/gpu_tasks/trainer_script.py: no `datasets`,
+    which the image lacks) on a tiny local Llama, through `pilot-tui init --trainer` and a
+    headless run: the captured trainer's rows on CUDA, steady timed by CUDA events with its MFU
+    against the GPU's dense peak, resume in a new process, a bf16 variant by a fresh capture."""
+
+    sys.path.insert(0, str(TRAINER_ASSETS.parent))
+    import tiny_assets  # tests/data/trainer_scripts: a tiny Llama and its data, built locally
+
+    tiny = tiny_assets.build(work / "tiny")
+    spec = work / "gpu-trainer.toml"
+    env = dict(env, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    args = [
+        "--model",
+        str(tiny.model),
+        "--data",
+        str(tiny.prompt_completion),
+        "--output_dir",
+        str(work / "out"),
+    ]
+    code, seconds = run_limited(
+        [
+            sys.executable,
+            "-m",
+            "pilot_tui",
+            "init",
+            "--trainer",
+            str(TRAINER_SCRIPT),
+            "--out",
+            str(spec),
+            "--",
+            *args,
+        ],
+        env,
+        min(60.0, limit),
+        work / "gpu-trainer-init.log",
+    )
+    if code != 0 or not spec.is_file():
+        checks.add("trainer: init wrote the campaign", False, exit_text(code, seconds))
+        return
+    raw = tomllib.loads(spec.read_text())
+    raw["campaign"]["name"] = "gpu-trainer"
+    # Fixed when the script builds its trainer: a fresh capture, with accelerate's own variable.
+    raw.setdefault("variants", []).append({"id": "bf16", "env": {"ACCELERATE_MIXED_PRECISION": "bf16"}})
+    code, data, seconds = run_campaign(raw, work, env, max(10.0, limit - seconds))
+    rows = rows_of(data)
+    fails = [f"{k}: {r['reason'][:60]}" for k, r in rows.items() if r["verdict"] == "fail"]
+    checks.add(
+        "trainer: campaign passes",
+        code == 0 and bool(rows) and not fails,
+        "; ".join(fails) or f"{exit_text(code, seconds)}, {len(rows)} rows",
+    )
+    checks.add(
+        "trainer: runs on the GPU",
+        data.get("environment", {}).get("device", "").startswith("cuda"),
+        str(data.get("environment", {}).get("device")),
+    )
+    d = rows.get("steady", {}).get("details", {})
+    checks.add(
+        "trainer: steady timed by CUDA events",
+        d.get("timing_clock") == "cuda events",
+        f"clock {d.get('timing_clock')}; {rows.get('steady', {}).get('reason', 'not run')[:80]}",
+    )
+    found = d.get("mfu", {})
+    checks.add(
+        "trainer: MFU against the GPU's dense peak",
+        isinstance(found.get("mfu"), int | float) and bool(found.get("peak")),
+        f"MFU {found.get('mfu')} of {found.get('peak')} ({found.get('why', '')})",
+    )
+    row_checks(checks, "trainer", data)
+    resume = rows.get("resume", {})
+    checks.add(
+        "trainer: resume in a new process",
+        resume.get("verdict") == "pass",
+        resume.get("reason", "not run")[:110],
+    )
+    bf16 = rows.get("steady@bf16", {})
+    checks.add(
+        "trainer: bf16 by a fresh capture",
+        bf16.get("verdict") in ("pass", "warn"),
+        bf16.get("reason", "not run")[:110],
+    )
+
+
 # ---------------------------------------------------------------------------------- main
 
 
@@ -590,11 +687,12 @@ def main() -> int:
             ("machine", machine_part),
             ("poison", poison_part),
             ("demo", demo_part),
+            ("trainer", trainer_part),
             ("oom", oom_part),
             ("torchrun", torchrun_part),
         )
         if DEVICE == "cpu":  # no CUDA to hold, and a 400M-parameter model would swamp the host
-            parts = parts[1:4]
+            parts = tuple(p for p in parts if p[0] in ("machine", "poison", "demo", "trainer"))
         for name, part in parts:
             left = deadline - time.monotonic()
             if left < 10:
