@@ -17,7 +17,7 @@ checks what can fail:
   runner; the CLI exits 1;
 - eval peaks are not inherited from training (eval_longest and every fit-search point);
 - a user's Trainer script through `pilot-tui init --trainer` (scripts/gpu_tasks/trainer_script.py):
-  every row passes on CUDA, steady timed by CUDA events with its MFU against the dense peak,
+  every row passes on CUDA, steady timed on the device with its MFU against the dense peak,
   resume in a new process, a bf16 variant by a fresh capture;
 - the campaign under torchrun (R22): ddp on every visible GPU with nccl, an fsdp variant, per-rank
   rows, and the all-reduce when there are several GPUs (needs `--budget-s 540` to be reached
@@ -529,7 +529,7 @@ def poison_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -
 def trainer_part(checks: Checks, env: dict[str, str], limit: float, work: Path) -> None:
     """A user's transformers Trainer script (scripts/gpu_tasks/trainer_script.py: no `datasets`,
     which the image lacks) on a tiny local Llama, through `pilot-tui init --trainer` and a
-    headless run: the captured trainer's rows on CUDA, steady timed by CUDA events with its MFU
+    headless run: the captured trainer's rows on CUDA, steady timed on the device with its MFU
     against the GPU's dense peak, resume in a new process, a bf16 variant by a fresh capture."""
 
     sys.path.insert(0, str(TRAINER_ASSETS.parent))
@@ -584,9 +584,11 @@ def trainer_part(checks: Checks, env: dict[str, str], limit: float, work: Path) 
         str(data.get("environment", {}).get("device")),
     )
     d = rows.get("steady", {}).get("details", {})
+    from pilot_tui.runner.subject.trainer.steady_gate import CLOCK_CUDA
+
     checks.add(
-        "trainer: steady timed by CUDA events",
-        d.get("timing_clock") == "cuda events",
+        "trainer: steady timed on the device (synchronised each update)",
+        d.get("timing_clock") == CLOCK_CUDA,
         f"clock {d.get('timing_clock')}; {rows.get('steady', {}).get('reason', 'not run')[:80]}",
     )
     found = d.get("mfu", {})

@@ -99,6 +99,7 @@ class TokenTally:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.by_update: dict[int, list[Any]] = {}
+        self.rows: dict[int, int] = {}  # examples (batch rows) per update
         self._own = "training_step" in vars(trainer)
         self._saved = trainer.training_step
 
@@ -106,10 +107,12 @@ class TokenTally:
         original = self._saved
 
         def counted(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            # The update in progress: the trainer has completed global_step of them.
+            update = self.trainer.state.global_step + 1
             found = _tokens(inputs)
             if found is not None:
-                # The update in progress: the trainer has completed global_step of them.
-                self.by_update.setdefault(self.trainer.state.global_step + 1, []).append(found)
+                self.by_update.setdefault(update, []).append(found)
+            self.rows[update] = self.rows.get(update, 0) + _rows(inputs)
             return original(model, inputs, *args, **kwargs)
 
         self.trainer.training_step = counted
@@ -127,6 +130,16 @@ class TokenTally:
         if not counts:
             return None
         return int(sum(int(c) if isinstance(c, int) else c.sum() for c in counts))
+
+    def examples(self, updates: range) -> int:
+        return sum(self.rows.get(u, 0) for u in updates)
+
+
+def _rows(inputs: Any) -> int:
+    """The examples of a microbatch: its first tensor's leading dimension (0 when it has none)."""
+    values = inputs.values() if isinstance(inputs, dict) else ()
+    first = next((v for v in values if isinstance(v, torch.Tensor) and v.dim() > 0), None)
+    return int(first.shape[0]) if first is not None else 0
 
 
 def _tokens(inputs: Any) -> Any:
@@ -240,10 +253,13 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     if queue_share is not None:
         details["runqueue_share"] = queue_share
     # The timed updates are the ones after the warm-up: global steps 2 … n + 1.
-    tokens = tally.tokens(range(2, n + 2))
+    timed_updates = range(2, n + 2)
+    tokens, examples = tally.tokens(timed_updates), tally.examples(timed_updates)
     if tokens and timed_s > 0:
         details["tokens_per_s"] = tokens / timed_s
         details["timed_tokens"] = tokens
+    if examples and timed_s > 0:
+        details["examples_per_s"] = examples / timed_s
     bad = next((i for i, v in enumerate(losses) if not finite(v)), None)
     if bad is not None:
         raise PhaseFailure(f"non-finite loss at steady update {bad + 1}", details)
