@@ -228,10 +228,10 @@ def test_steady_counts_the_tokens_of_its_timed_updates_for_the_mfu(plain):
     # An update is the script's 4 × 2 rows, each a few to 64 attended tokens.
     assert 8 * 2 <= d["timed_tokens"] / d["timed_updates"] <= 8 * 64
     assert d["mfu"]["why"] == "a CPU: no dense peak to compare with" and d["mfu"]["model_tflops"] > 0
-    # Each timed update is the script's 4 rows × 2 accumulation steps.
-    assert d["examples_per_s"] * d["step_s_mean"] * d["timed_updates"] == pytest.approx(
-        8 * d["timed_updates"]
-    )
+    # Each timed update is the script's 4 rows × 2 accumulation steps; the last may end the epoch
+    # with fewer (a timing stopped at the script's run length).
+    rows_timed = round(d["examples_per_s"] * d["step_s_mean"] * d["timed_updates"])
+    assert 8 * (d["timed_updates"] - 1) < rows_timed <= 8 * d["timed_updates"], rows_timed
     # The same updates cut into other microbatches, or checkpointed: the same tokens.
     same = [k for k, v in rows.items() if v["timed_updates"] == d["timed_updates"]]
     assert {rows[k]["timed_tokens"] for k in same} == {d["timed_tokens"]}, {
