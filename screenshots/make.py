@@ -22,6 +22,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from pilot_tui import DEMO_CAMPAIGN  # noqa: E402
+from pilot_tui.analysis.plan import rental  # noqa: E402
 from pilot_tui.session.driver import replay_session  # noqa: E402
 from pilot_tui.tui.app import PilotApp  # noqa: E402
 
@@ -70,6 +71,9 @@ def main() -> int:
         if args.live:
             app = PilotApp(DEMO_CAMPAIGN, records_dir=Path(tmp))
         else:
+            # The replay's plan checks the disk here: a fixed free space, or its figure's length
+            # (wrapping below the first screen) would move the Plan's scroll bar from machine to machine.
+            rental.free_bytes = lambda folder: 100 * 2**30
             source = replay_session(DATA / "campaign.toml", DATA / "recording.jsonl", records_dir=Path(tmp))
             app = PilotApp(source=source)
         for path in asyncio.run(shoot(app, args.out)):

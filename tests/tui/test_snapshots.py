@@ -15,6 +15,7 @@ import pytest
 from pytest_textual_snapshot import SVGImageExtension
 from textual.pilot import Pilot
 
+from pilot_tui.analysis.plan import rental
 from pilot_tui.core.events import PhaseProgress, PhaseStarted, RunUpdate
 from pilot_tui.session.driver import replay_session
 from pilot_tui.tui.app import PilotApp
@@ -142,9 +143,13 @@ def switched_to(app: PilotApp, key: str):
 @pytest.fixture(scope="module")
 def demo_app() -> Iterator[Callable[[], PilotApp]]:
     """demo_app() -> the recorded demo replayed, its records in a new folder. The Plan names that
-    folder (the disk check) below its first screen: a path of another length wraps to other lines
-    and moves the scroll bar, so every folder's path has the same length wherever pytest runs."""
+    folder and the free space there (the disk check) below its first screen: a path or a figure
+    of another length wraps to other lines and moves the scroll bar, so every folder's path has
+    the same length wherever pytest runs, and the free space is a fixed 100 GiB (the disk is this
+    machine's, not the replay's)."""
     base = Path(tempfile.mkdtemp(prefix="pt-snap-", dir="/tmp"))
+    pinned = pytest.MonkeyPatch()
+    pinned.setattr(rental, "free_bytes", lambda folder: 100 * 2**30)
 
     def make() -> PilotApp:
         records = Path(tempfile.mkdtemp(prefix="r", dir=base)) / "records"
@@ -152,6 +157,7 @@ def demo_app() -> Iterator[Callable[[], PilotApp]]:
         return PilotApp(source=source, nvml=NvmlProbe(FakeNvml()))
 
     yield make
+    pinned.undo()
     shutil.rmtree(base, ignore_errors=True)
 
 

@@ -116,6 +116,11 @@ def _existing(folder: Path) -> Path:
     return Path("/")
 
 
+def free_bytes(folder: Path) -> int:
+    """Free bytes where `folder` is (or will be) now: the one live figure of a plan."""
+    return shutil.disk_usage(_existing(folder)).free
+
+
 def disk(facts: Facts, saves: int, record_dir: Path | None) -> Disk | None:
     """Bytes of the kept checkpoints (+ one being written) against the free space measured now."""
     save = facts.row("save")
@@ -130,7 +135,7 @@ def disk(facts: Facts, saves: int, record_dir: Path | None) -> Disk | None:
     # written before the oldest goes.
     copies = saves if not keep or keep >= saves else keep + 1
     folder = checkpoint_folder(facts, record_dir)
-    free = shutil.disk_usage(_existing(folder)).free
+    free = free_bytes(folder)
     need = size * copies
     kept = f"{keep} kept + 1 being written" if keep and keep < saves else f"every one of {saves} kept"
     if need > free:
