@@ -11,8 +11,9 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..core.launch import module_command
 from ..core.spec import SpecError, load_spec
@@ -32,30 +33,52 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def run_machine(args: argparse.Namespace) -> int:
+# While the check runs (torch's import, then seconds of measuring; minutes on an 8-GPU box): a
+# line redrawn every 2 s on a terminal, a line every 15 s in a log.
+BEAT_TTY_S, BEAT_LOG_S = 2.0, 15.0
+
+
+def _measured(cmd: list[str], err: TextIO, beat_s: float | None) -> subprocess.CompletedProcess[str]:
+    """`cmd` run to its end, saying on `err` how long it has been measuring."""
+    tty = err.isatty()
+    period = beat_s if beat_s is not None else (BEAT_TTY_S if tty else BEAT_LOG_S)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0, said = time.monotonic(), False
+    while True:
+        try:
+            out, error = proc.communicate(timeout=period)
+            break
+        except subprocess.TimeoutExpired:
+            line = f"… measuring this machine: its disks, then its CPU or every GPU ({time.monotonic() - t0:.0f} s)"
+            err.write(f"\r\033[K{line}" if tty else f"{line}\n")
+            err.flush()
+            said = True
+    if said and tty:
+        err.write("\r\033[K")
+        err.flush()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, error)
+
+
+def run_machine(args: argparse.Namespace, err: TextIO | None = None, beat_s: float | None = None) -> int:
+    err = err or sys.stderr
     request: dict[str, Any] = {}
     if args.campaign is not None:
         try:
             load_spec(args.campaign)  # a bad spec is one line here, before any subprocess
         except SpecError as exc:
-            print(f"pilot-tui: error: {one_line(exc)}", file=sys.stderr)
+            print(f"pilot-tui: error: {one_line(exc)}", file=err)
             return EXIT_BAD_INPUT
         request["campaign"] = str(args.campaign.resolve())
         if args.records:
             request["records"] = str(args.records.resolve())
-    proc = subprocess.run(
-        module_command("pilot_tui.runner.machine", [json.dumps(request)]),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _measured(module_command("pilot_tui.runner.machine", [json.dumps(request)]), err, beat_s)
     if proc.returncode != 0:
         said = proc.stderr.strip().splitlines()
         print(
             one_line(said[-1])
             if said
             else f"pilot-tui: error: the machine check ended with code {proc.returncode}",
-            file=sys.stderr,
+            file=err,
         )
         return EXIT_BAD_INPUT if proc.returncode == EXIT_BAD_INPUT else EXIT_FAILED
     result = json.loads(proc.stdout.strip().splitlines()[-1])

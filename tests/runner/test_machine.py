@@ -203,3 +203,23 @@ def test_a_copy_that_hangs_fails_by_its_deadline() -> None:
         release.set()
     [hung] = [p for p in m.pairs if p.received is None]
     assert (hung.src, hung.dst) == (0, 1)
+
+
+def test_the_machine_command_says_it_is_measuring_while_it_measures(tmp_path, monkeypatch, capsys):
+    # `pilot-tui machine` waits seconds on its check (torch's import, the timed disk write, the
+    # CPU's figures): a log gets a line per period instead of silence, then the result.
+    import argparse
+    import io
+    import json
+
+    from pilot_tui.commands.machine import run_machine
+
+    monkeypatch.chdir(tmp_path)
+    err = io.StringIO()
+    code = run_machine(argparse.Namespace(campaign=None, records=None, json=True), err=err, beat_s=0.2)
+    said = [line for line in err.getvalue().splitlines() if line]
+    assert code in (0, 1) and said, err.getvalue()
+    assert all(
+        line.startswith("… measuring this machine: its disks, then its CPU or every GPU (") for line in said
+    )
+    assert json.loads(capsys.readouterr().out)["verdict"] in ("pass", "warn", "fail")
