@@ -100,7 +100,9 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     lines[-1] += (
         f"; largest batch {batch / 2**20:.3g} MiB"
         if batch is not None
-        else (f"; largest batch not known ({d.get('largest_batch_unknown', '')})")
+        else (
+            f"; largest batch not known ({d.get('largest_batch_unknown') or 'no campaign to read it from'})"
+        )
     )
     for loc in d["locations"]:
         speed = (
