@@ -11,6 +11,7 @@ ddp control, in the same group.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import tomllib
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import pytest
 import tomli_w
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.core.events import PhaseFinished, WireMessage
+from pilot_tui.core.events import PhaseFinished, PhaseProgress, WireMessage
 from pilot_tui.session.driver import Session
 
 WORLD = 2
@@ -65,6 +66,10 @@ def distributed_campaign(folder: Path) -> Path:
     return path
 
 
+# What each step's line said while it ran (its PhaseProgress messages), by step.
+SAID: dict[str, list[str]] = {}
+
+
 def row_of(events: list[WireMessage]) -> dict[str, Any]:
     rows = [ev.row for ev in events if isinstance(ev, PhaseFinished)]
     assert len(rows) == 1
@@ -80,7 +85,9 @@ def ran(tmp_path_factory) -> Iterator[tuple[Session, dict[str, dict[str, Any]]]]
 
     def run(key: str, overrides: dict[str, Any] | None = None, name: str = "") -> None:
         t0 = time.perf_counter()
-        rows[name or key] = row_of(list(session.run_step(key, overrides)))
+        events = list(session.run_step(key, overrides))
+        rows[name or key] = row_of(events)
+        SAID[name or key] = [ev.message for ev in events if isinstance(ev, PhaseProgress)]
         print(f"{name or key}: {time.perf_counter() - t0:.1f} s")  # where the test's time goes (-s)
 
     # The fsdp variant first, alone on the ranks (the comparison frees its state after its last
@@ -138,6 +145,17 @@ def test_engine_phases_pass_on_two_ranks_with_per_rank_figures(ran):
     recorded = next(r for r in data["phases"] if r["step"] == "steady")
     assert recorded["ranks"] == steady["ranks"]
     assert data["accounting"]["effective_batch"] == 8 and data["accounting"]["replicas"] == WORLD
+
+
+def test_a_groups_start_says_what_it_waits_for(ran):
+    # Two ranks each import torch and build the task before the first step runs on them: seconds
+    # on CPU, minutes with a large script. The step's line says so (ctx.saying), once a second.
+    starting = {k: m for k, said in SAID.items() for m in said if m.startswith("starting 2 ranks")}
+    assert starting, SAID
+    assert all(
+        re.fullmatch(r"starting 2 ranks under torchrun: each imports torch and builds the task \(\d+ s\)", m)
+        for m in starting.values()
+    ), starting
 
 
 def test_stack_measures_the_all_reduce_on_the_real_group(ran):

@@ -21,7 +21,7 @@ from ...core.rows import Memory, phase_row
 from ...core.spec import LoadedSpec
 from ...core.steps import Step
 from ...core.verdict import CANCELLED_BY_USER, FAIL, PASS, Verdict, worst
-from ..context import Cancelled, RunContext
+from ..context import CURRENT_STEP, Cancelled, RunContext
 from ..processes.fresh_process import task_file_sha256
 from .group import START_GRACE_S, GroupFailure, Nodes, RankGroup, default_backend
 
@@ -80,18 +80,20 @@ def group_for(ctx: RunContext) -> RankGroup:
     # A captured trainer's ranks each run the user's script (model load, tokenisation) before they
     # join: twice what it took the runner, beside the interpreter's start.
     capture_s = float(ctx.memo.get("trainer_capture", {}).get("seconds", 0.0))
-    group = RankGroup.launch(
-        ctx.loaded.path,
-        ctx.loaded.sha256,
-        ctx.work_dir,
-        world,
-        backend(ctx),
-        ctx.spec.distributed.timeout_s,
-        threads,
-        check=ctx.check_cancel,
-        nodes=nodes,
-        start_grace_s=START_GRACE_S + 2 * capture_s,
-    )
+    builds = "runs the script up to its train()" if ctx.spec.task.captures_trainer else "builds the task"
+    with ctx.saying(f"starting {world} ranks under torchrun: each imports torch and {builds}"):
+        group = RankGroup.launch(
+            ctx.loaded.path,
+            ctx.loaded.sha256,
+            ctx.work_dir,
+            world,
+            backend(ctx),
+            ctx.spec.distributed.timeout_s,
+            threads,
+            check=ctx.check_cancel,
+            nodes=nodes,
+            start_grace_s=START_GRACE_S + 2 * capture_s,
+        )
     ctx.memo[GROUP] = group
     return group
 
@@ -154,6 +156,7 @@ def execute_on_ranks(ctx: RunContext, step: Step, overrides: dict[str, Any]) -> 
     }
     carried: list[str] = []
     group: RankGroup | None = None
+    ctx.memo[CURRENT_STEP] = step.key  # a group's start says so on this step's line (ctx.saying)
     try:
         group = group_for(ctx)
         # The rows this group's ranks have not seen: every rank reads the campaign's rows as the
