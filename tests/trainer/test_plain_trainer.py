@@ -49,6 +49,13 @@ def test_resume_is_bitwise_in_a_new_process(plain):
     for s in d["steps"]:
         assert s["loss_same"] and s["grad_norm_same"] and s["learning_rate_same"] and s["digest_same"]
         assert s["loss_a"] == s["loss_c"] and s["loss_a"].startswith("0x")
+    # Process C ran the script again up to its train(): the row says so, with its time.
+    again = d["resume_capture_s"]
+    assert 0 < again < d["resume_process_s"]
+    assert (
+        f"in a new process (the script ran again up to its train() there: {again:.1f} s)"
+        in plain.row("resume")["reason"]
+    )
 
 
 def test_load_row_says_what_the_pilot_changed(plain):
@@ -146,6 +153,10 @@ def test_a_precision_variant_runs_in_a_fresh_capture(plain):
         "fp32",
     )
     assert 0 < fresh["capture_s"] < fresh["process_s"] and fresh["capture_rss_mb"] > 0
+    # The phase that waited for the script to run again says so with its time; the later ones,
+    # handed back by the same process, do not repeat it.
+    again = f"the script ran again up to its train() in {fresh['capture_s']:.1f} s"
+    assert again in first["reason"] and not any(again in r["reason"] for r in rows[1:])
     # One process ran the variant's three phases; each row has that process's memory and time.
     assert len({r["details"]["fresh_capture"]["process_s"] for r in rows}) == 1
     assert all(0 < r["memory"]["peak_rss_mb"] <= fresh["process_peak_rss_mb"] + 1 for r in rows)

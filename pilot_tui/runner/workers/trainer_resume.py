@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from ..processes.fresh_process import RESULT_FILE, run_fresh_process
@@ -33,13 +34,15 @@ def _parser() -> argparse.ArgumentParser:
 def resume(args: argparse.Namespace) -> None:
     die_with_parent()
     loaded = load_checked(args)
+    t0 = time.perf_counter()
     trainer = capture_for(loaded).trainer
+    capture_s = time.perf_counter() - t0  # the script again, up to its train(): the row says so
     apply_pilot_settings(trainer, args.out / "output")
     probe = StepProbe(digest=True)
     train_steps(trainer, args.steps, probe, resume=str(args.checkpoint))
     args.out.mkdir(parents=True, exist_ok=True)
     rows = [hexes(r) for r in probe.ordered()]
-    (args.out / RESULT_FILE).write_text(json.dumps({"rows": rows}))
+    (args.out / RESULT_FILE).write_text(json.dumps({"rows": rows, "capture_s": capture_s}))
 
 
 def main() -> int:

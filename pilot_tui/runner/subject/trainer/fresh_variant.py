@@ -111,6 +111,7 @@ def fresh_phase(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant, phase = run.step.variant, run.step.phase
     kept = ctx.memo.setdefault(KEPT, {}).setdefault(variant, {})
     found = kept.pop(phase, None) if not run.overrides else None
+    started = found is None  # this phase waits for the script to run again: its row says so
     if found is None:
         fresh = _start(ctx, run, phases_for(ctx.spec, phase, run.overrides))
         found = fresh.pop(phase)
@@ -125,9 +126,12 @@ def fresh_phase(ctx: RunContext, run: PhaseRun) -> Outcome:
     note = f"a fresh capture of the script with {', '.join(changed)}"
     params = dict(found["params"])
     params["notes"] = [*params.get("notes", []), note]
+    reason = found["reason"]
+    if started and isinstance(capture.get("capture_s"), int | float):
+        reason += f" · {note}: the script ran again up to its train() in {capture['capture_s']:.1f} s"
     return Outcome(
         Verdict(found["verdict"]),
-        found["reason"],
+        reason,
         dict(found["details"]) | {"fresh_capture": said | capture},
         params,
         cancelled=bool(found.get("cancelled")),

@@ -157,6 +157,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         "steps": compared,
         "resume_process_s": seconds,
         "resume_process_start": result.get("process_start", ""),
+        "resume_capture_s": result.get("capture_s"),
         "causes": causes,
         "compared": "loss, grad_norm, learning_rate (float.hex) and a sha256 of every parameter, per step",
     }
@@ -180,9 +181,11 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure(f"the resumed process logged {len(c_rows)} of {n} steps", details)
     note = f" (warn: {'; '.join(causes)})" if causes else ""
     note += " (on one process)" if "one_process" in details else ""
+    again = result.get("capture_s")
+    rerun = f" (the script ran again up to its train() there: {again:.1f} s)" if again is not None else ""
     return Outcome(
         WARN if causes else PASS,
-        f"resumed at step {k} in a new process: steps {k + 1}…{k + n} bitwise identical (loss, grad norm, LR, "
-        f"weights){note}",
+        f"resumed at step {k} in a new process{rerun}: steps {k + 1}…{k + n} bitwise identical (loss, grad "
+        f"norm, LR, weights){note}",
         details,
     )
