@@ -337,3 +337,17 @@ def test_the_device_workspaces_are_in_every_estimated_peak_and_its_need(ctx: Run
     assert held["eval_peak_allocated_bytes"] == plain["eval_peak_allocated_bytes"] + fixed
     assert held["library_workspaces_bytes"] == fixed and "library_workspaces_bytes" not in plain
     assert held["verdict"]["need_mib"] > plain["verdict"]["need_mib"] + 64
+
+
+def test_each_configuration_says_it_is_running_before_its_fake_run(ctx: RunContext) -> None:
+    """A large model's fake run takes seconds: the step's line names the configuration being run,
+    not only the ones done."""
+    from pilot_tui.runner.memory.estimate.campaign import estimate_configs
+
+    source = task_source(ctx)
+    target = Target(gpus=1, strategy="none", gpu_memory_gb=0, headroom=0.1)
+    configs = [fake_config(ctx, "control", target)]
+    said: list[tuple[int, int, str]] = []
+    estimate_configs(source, configs, target, progress=lambda d, t, m: said.append((d, t, m)))
+    assert said[0] == (0, 1, "control: one training update and an eval pass under fake tensors")
+    assert said[-1][:2] == (1, 1) and said[-1][2].startswith("control: ")

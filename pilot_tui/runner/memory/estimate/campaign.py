@@ -132,6 +132,9 @@ def estimate_configs(
     """
     entries = []
     for i, cfg in enumerate(configs):
+        if progress is not None:
+            # Seconds each on a large model: the line says which configuration is being run.
+            progress(i, len(configs), f"{cfg.name}: one training update and an eval pass under fake tensors")
         entry = cfg.params() | with_fixed(run_fake(source, cfg), fixed_bytes)
         entry["verdict"] = est.verdict(entry, target.headroom, target.gpu_memory_gb)
         if entry["name"] == "control" and entry["verdict"].get("fits") is False:
