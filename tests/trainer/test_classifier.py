@@ -88,6 +88,14 @@ def test_overfit_and_final_in_a_classifiers_terms(run) -> None:
     assert estimate["verdict"] == "pass", estimate["reason"]
 
 
+def test_steady_counts_the_tokens_a_padding_collator_hands_the_trainer(run) -> None:
+    # DataCollatorWithPadding hands the trainer a BatchEncoding (a UserDict, not a dict): its
+    # attended tokens and rows are counted all the same, for the throughput and the MFU.
+    d = run.row("steady")["details"]
+    assert d["timed_tokens"] > 0 and d["tokens_per_s"] > 0 and d["examples_per_s"] > 0
+    assert d["mfu"]["model_tflops"] > 0
+
+
 def test_a_loss_averaged_per_microbatch_fails_only_where_it_accumulates(classifier, tmp_path) -> None:
     twin = run_in_process(
         tmp_path,

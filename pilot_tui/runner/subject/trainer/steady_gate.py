@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -137,13 +138,14 @@ class TokenTally:
 
 def _rows(inputs: Any) -> int:
     """The examples of a microbatch: its first tensor's leading dimension (0 when it has none)."""
-    values = inputs.values() if isinstance(inputs, dict) else ()
+    values = inputs.values() if isinstance(inputs, Mapping) else ()
     first = next((v for v in values if isinstance(v, torch.Tensor) and v.dim() > 0), None)
     return int(first.shape[0]) if first is not None else 0
 
 
 def _tokens(inputs: Any) -> Any:
-    if not isinstance(inputs, dict):
+    # A Mapping, not only a dict: HF collators hand the trainer a BatchEncoding (a UserDict).
+    if not isinstance(inputs, Mapping):
         return None
     mask, ids = inputs.get("attention_mask"), inputs.get("input_ids")
     if isinstance(mask, torch.Tensor):
