@@ -67,3 +67,11 @@ def test_a_rejected_column_copied_from_chosen_fails_inspect_naming_the_pairs(tin
     checks = {c["name"]: c for c in row["details"]["checks"]}
     assert checks["preference_pairs"]["verdict"] == "fail"
     assert "reject the very completion they choose" in row["reason"]
+
+
+def test_steady_counts_a_pairs_tokens_but_no_examples_from_its_doubled_rows(dpo):
+    # The preference collator stacks each pair's chosen and rejected rows: every token the model
+    # reads is counted, but a row is not an example, so no examples per second is claimed.
+    d = dpo.row("steady")["details"]
+    assert d["timed_tokens"] > 0 and d["tokens_per_s"] > 0
+    assert "examples_per_s" not in d

@@ -101,6 +101,9 @@ class TokenTally:
         self.trainer = trainer
         self.by_update: dict[int, list[Any]] = {}
         self.rows: dict[int, int] = {}  # examples (batch rows) per update
+        # Rows are examples unless a microbatch shows otherwise: more rows than the batch size (a
+        # preference collator stacks chosen and rejected), or one packed row of several examples.
+        self.rows_are_examples = True
         self._own = "training_step" in vars(trainer)
         self._saved = trainer.training_step
 
@@ -113,7 +116,12 @@ class TokenTally:
             found = _tokens(inputs)
             if found is not None:
                 self.by_update.setdefault(update, []).append(found)
-            self.rows[update] = self.rows.get(update, 0) + _rows(inputs)
+            rows = _rows(inputs)
+            size = int(getattr(self.trainer.args, "per_device_train_batch_size", 0) or 0)
+            packed = rows == 1 < size and isinstance(inputs, Mapping) and "position_ids" in inputs
+            if rows > size > 0 or packed:
+                self.rows_are_examples = False
+            self.rows[update] = self.rows.get(update, 0) + rows
             return original(model, inputs, *args, **kwargs)
 
         self.trainer.training_step = counted
@@ -132,8 +140,9 @@ class TokenTally:
             return None
         return int(sum(int(c) if isinstance(c, int) else c.sum() for c in counts))
 
-    def examples(self, updates: range) -> int:
-        return sum(self.rows.get(u, 0) for u in updates)
+    def examples(self, updates: range) -> int | None:
+        """Examples of these updates (None where the batch rows are not examples)."""
+        return sum(self.rows.get(u, 0) for u in updates) if self.rows_are_examples else None
 
 
 def _rows(inputs: Any) -> int:
