@@ -92,7 +92,8 @@ class PrecisionStop(TrainerCallback):
 class TokenTally:
     """The tokens each update of the trainer's own loop processed, counted at its `training_step`
     (attended positions: `attention_mask`'s non-zeros, else every input id — what the pilot's own
-    loop counts), for the timed updates' tokens per second and MFU (`phases/steady.py`).
+    loop counts) and its batch rows, for the timed updates' tokens and examples per second and
+    the MFU (`phases/steady.py`).
 
     On the device without a sync per microbatch: one count kernel each, read once after the loop.
     Installed on the trainer instance for the loop only and put back after it."""
@@ -146,7 +147,7 @@ class TokenTally:
 
 
 def _rows(inputs: Any) -> int:
-    """The examples of a microbatch: its first tensor's leading dimension (0 when it has none)."""
+    """The rows of a microbatch: its first tensor's leading dimension (0 when it has none)."""
     values = inputs.values() if isinstance(inputs, Mapping) else ()
     first = next((v for v in values if isinstance(v, torch.Tensor) and v.dim() > 0), None)
     return int(first.shape[0]) if first is not None else 0
