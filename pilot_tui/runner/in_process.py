@@ -21,7 +21,10 @@ _EOF = object()
 class InProcessLink:
     """`serve()` on a thread; commands and events through queues instead of pipes."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_heap: bool = False) -> None:
+        # As the runner process does, freeze what the open built (runner/memory/heap.py): the
+        # whole calling process's heap then, which the test hands back with `gc.unfreeze()`.
+        self.keep_heap = keep_heap
         self._thread: threading.Thread | None = None
         self._commands: queue.Queue[Any] = queue.Queue()
         self._events: queue.Queue[Any] = queue.Queue()
@@ -43,7 +46,7 @@ class InProcessLink:
             # count leaves the caller's thread as it was (torch's CPU thread count is per thread).
             leave_a_core_for_the_view()
             try:
-                serve(self._commands, events.put, self._cancel, {})
+                serve(self._commands, events.put, self._cancel, {}, self.keep_heap)
             finally:
                 events.put(_EOF)
 

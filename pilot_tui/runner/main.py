@@ -38,6 +38,7 @@ from ..core.reasons import exception_line
 from ..core.spec import SpecError, _line_of, load_spec
 from ..core.steps import campaign_steps, find_step
 from ..tasks.loader import TaskError, load_task
+from .memory import heap
 from .processes import template
 from .processes.determinism import apply_spawn_env
 from .processes.lifetime import die_with_parent, exit_without_collecting
@@ -306,21 +307,31 @@ def _close_ranks(ctx) -> None:
 
 
 def serve(
-    commands: queue.Queue, emit: Callable[[WireMessage], None], cancel: threading.Event, holder: dict
+    commands: queue.Queue,
+    emit: Callable[[WireMessage], None],
+    cancel: threading.Event,
+    holder: dict,
+    keep_heap: bool = False,
 ) -> bool:
     """The runner's command loop: open the campaign, run steps, until Shutdown.
 
-    `holder` shares the open context and whether a step runs with the counters thread. Returns
-    True when it ended because a step poisoned the CUDA context (the process must end too).
+    `holder` shares the open context and whether a step runs with the counters thread.
+    `keep_heap`: freeze what each open built out of the collector's walks (memory/heap.py); the
+    runner process does, a runner on a test's thread only when the test asks. Returns True when
+    it ended because a step poisoned the CUDA context (the process must end too).
     """
     try:
-        return _serve(commands, emit, cancel, holder)
+        return _serve(commands, emit, cancel, holder, keep_heap)
     finally:
         template.close()  # the template's children have all been waited for by their phases
 
 
 def _serve(
-    commands: queue.Queue, emit: Callable[[WireMessage], None], cancel: threading.Event, holder: dict
+    commands: queue.Queue,
+    emit: Callable[[WireMessage], None],
+    cancel: threading.Event,
+    holder: dict,
+    keep_heap: bool,
 ) -> bool:
     ctx = None
     while True:
@@ -333,6 +344,8 @@ def _serve(
             elif isinstance(cmd, OpenCampaign):
                 _close_ranks(ctx)
                 ctx = holder["ctx"] = open_campaign(cmd, emit, cancel)
+                if keep_heap and ctx is not None:
+                    heap.keep_opened()
             elif isinstance(cmd, RunStep):
                 if ctx is None:
                     emit(RunnerError(message="no campaign is open"))
@@ -390,7 +403,7 @@ def main() -> int:
     stop = threading.Event()
     threading.Thread(target=_counters, args=(channel, holder, stop), daemon=True, name="counters").start()
     try:
-        poisoned = serve(commands, channel.emit, cancel, holder)
+        poisoned = serve(commands, channel.emit, cancel, holder, keep_heap=True)
     finally:
         stop.set()
     if poisoned:
