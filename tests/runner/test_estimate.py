@@ -17,6 +17,7 @@ from torch import nn
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
+from pilot_tui.runner.memory.estimate import fake_run
 from pilot_tui.runner.memory.estimate.campaign import Target, estimate_model_dir, fake_config
 from pilot_tui.runner.memory.estimate.fake_run import ALLOCATOR_BLOCK, FakeConfig, ModelSource, run_fake
 from pilot_tui.runner.memory.estimate.sources import task_source
@@ -138,6 +139,23 @@ def test_fsdp_over_n_fake_ranks_divides_the_static_components_ddp_adds_buckets(c
     ddp = run_fake(source, exact(fake_config(ctx, "control", Target(strategy="ddp", gpus=ranks))))
     assert ddp["ddp_buckets_bytes"] == single["gradients_bytes"]
     assert ddp["peak_allocated_bytes"] == single["peak_allocated_bytes"] + single["gradients_bytes"]
+
+
+@pytest.mark.parametrize("variant,strategy", [("control", "none"), ("ckpt", "none"), ("mb1", "fsdp")])
+def test_the_estimates_lean_tracker_finds_the_stock_trackers_figures(
+    ctx: RunContext, variant: str, strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The estimate's tracker updates only the whole device's peak after each op, not every
+    # module's: the figures it reads must be exactly those torch's own tracker gives.
+    source = task_source(ctx)
+    cfg = fake_config(ctx, variant, Target(strategy=strategy, gpus=2 if strategy == "fsdp" else 1))
+    lean = run_fake(source, cfg)
+    monkeypatch.setattr(fake_run, "_global_peak_only", lambda tracker_cls: tracker_cls)
+    stock = run_fake(source, cfg)
+    assert lean["estimable"] and stock["estimable"], (lean, stock)
+    lean.pop("seconds")
+    stock.pop("seconds")
+    assert lean == stock
 
 
 @pytest.mark.parametrize("variant", ["ckpt", "len16"])
