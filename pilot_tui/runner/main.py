@@ -343,6 +343,8 @@ def _serve(
                 emit(cmd)
             elif isinstance(cmd, OpenCampaign):
                 _close_ranks(ctx)
+                if keep_heap:
+                    heap.hand_back()
                 ctx = holder["ctx"] = open_campaign(cmd, emit, cancel)
                 if keep_heap and ctx is not None:
                     heap.keep_opened()

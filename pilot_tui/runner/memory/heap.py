@@ -11,7 +11,9 @@ Frozen once the open is done (`gc.freeze()`, constant time), those collections w
 phases made since, and that is where every tensor a phase drops lives: a variant's weights and
 optimizer state, a gate's trainer state, a failed update's gradients. What the open built is
 never dropped by a phase, so freezing it loses nothing; the open's own garbage is collected once
-before the freeze. A runner that opens a campaign again hands the previous heap back first.
+before the freeze. A runner that opens a campaign again hands the previous heap back first
+(`hand_back`). The template process freezes its imports the same way before it forks, so a fresh
+process's collections walk neither the libraries nor anything but its own work.
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ import gc
 
 def keep_opened() -> None:
     """After a campaign's open: collect what the open left in reference cycles, then move every
-    object alive now out of the collector's reach for the rest of the runner's life."""
-    gc.unfreeze()  # a campaign opened before in this runner: its heap may be garbage now
+    object alive now out of the collector's reach for the rest of the process's life."""
     gc.collect()
     gc.freeze()
+
+
+def hand_back() -> None:
+    """Before a campaign is opened again in the same runner: the previous one's heap may be
+    garbage now, so the collector gets it back."""
+    gc.unfreeze()
 
 
 def frozen_by_someone() -> bool:

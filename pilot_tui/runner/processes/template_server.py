@@ -15,6 +15,7 @@ forked from; and each child starts from the template, never from an earlier chil
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -124,6 +125,11 @@ def main() -> int:
             importlib.import_module(name)
         except Exception as exc:  # a library not installed: its fresh processes import it themselves
             failed.append(f"{name}: {type(exc).__name__}")
+    # Every child inherits the imports: frozen, its full collections never walk them again (with
+    # transformers and TRL ~0.2 s each; a captured trainer's train() runs one) and its pages are
+    # not written to by the collector (runner/memory/heap.py).
+    gc.collect()
+    gc.freeze()
     _send(sock, {"ready": sorted(set(modules) - {f.split(":")[0] for f in failed}), "failed": failed})
     serve(sock)
     return 0

@@ -21,6 +21,7 @@ from typing import Any
 
 from ...core.atomic import write_text_atomic
 from ...core.steps import Step
+from ..memory import heap
 from ..phases import base
 from ..processes.fresh_process import RESULT_FILE, run_fresh_process
 from ..processes.lifetime import die_with_parent
@@ -52,6 +53,7 @@ def run_variant(args: argparse.Namespace) -> None:
     base.BEFORE_STEP.clear()
     base.AFTER_ROW.clear()
     ctx = open_trainer_campaign(loaded, lambda _msg: None, args.out, threading.Event())
+    heap.keep_opened()  # each phase's train() collects: it walks the phases' objects only
     cap = ctx.memo["trainer_capture"]
     capture: dict[str, Any] = {
         "argv": cap["argv"],
