@@ -33,6 +33,7 @@ from ...core.steps import Step
 from ...tasks.loader import load_task
 from ..context import RunContext
 from ..loop.residency import MIB, state_bytes
+from ..memory import heap
 from ..phases import PHASES, execute
 from ..phases.base import AFTER_ROW, Outcome
 from ..processes.fresh_process import task_file_sha256
@@ -194,6 +195,7 @@ def serve(args: argparse.Namespace) -> int:
         groups = node_groups(args.pilot_nnodes, per_node)
         AFTER_ROW.insert(0, state_mb_hook)
         ctx = _open(loaded, device, forward, args.work_dir)
+        heap.keep_opened()  # as the runner does: collections walk the phases' objects only
         ready = {
             "pid": os.getpid(),
             "device": str(device),
