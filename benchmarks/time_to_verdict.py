@@ -137,6 +137,9 @@ def one_round(script: Path, args: list[str], folder: Path, env: dict[str, str]) 
 def breakdown(record: dict) -> list[str]:
     rows = record.get("phases", [])
     out = []
+    # The wait before the first row, as the runner timed each stage of the campaign's open.
+    for stage, seconds in (record.get("environment", {}).get("open_s") or {}).items():
+        out.append(f"  open: {stage:<52} {float(seconds):5.2f} s")
     for r in sorted(rows, key=lambda r: -float(r.get("duration_s") or 0)):
         d = r.get("details", {})
         start = (

@@ -274,6 +274,11 @@ def _run(
         ),
         file=out,
     )
+    open_s = ready.environment.get("open_s")
+    if isinstance(open_s, dict) and open_s:
+        # Where the wait before the first verdict went, stage by stage, as the runner timed it.
+        stages = " · ".join(f"{stage} {float(s):.1f} s" for stage, s in open_s.items())
+        print(one_line(f"  opened in {sum(map(float, open_s.values())):.1f} s: {stages}"), file=out)
     print(
         f"  effective batch {acc['microbatch']} × {acc['accumulation']} × {acc['replicas']} = "
         f"{acc['effective_batch']} · {acc['note']}",

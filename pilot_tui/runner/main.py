@@ -173,8 +173,32 @@ def leave_a_core_for_the_view() -> int:
     return torch.get_num_threads()
 
 
-def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: threading.Event):
-    """Load spec and task; report BadInput for anything the user must fix."""
+class OpenStages:
+    """The events of a campaign's open, passed on, with the moment each stage (`Opening`) began:
+    the record keeps each stage's seconds (`[environment] open_s`), so where the wait before the
+    first verdict went can be read afterwards, not only watched."""
+
+    def __init__(self, emit: Callable[[WireMessage], None]) -> None:
+        self.emit = emit
+        self.began: list[tuple[str, float]] = []
+
+    def __call__(self, message: WireMessage) -> None:
+        if isinstance(message, Opening):
+            self.began.append((message.stage, time.perf_counter()))
+        self.emit(message)
+
+    def seconds(self) -> dict[str, float]:
+        """Each stage's seconds, up to now for the last one."""
+        ends = [t for _, t in self.began[1:]] + [time.perf_counter()]
+        return {stage: round(end - t, 3) for (stage, t), end in zip(self.began, ends, strict=True)}
+
+
+def open_campaign(
+    cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel: threading.Event, keep_heap: bool = False
+):
+    """Load spec and task; report BadInput for anything the user must fix. `keep_heap`: freeze
+    what the open built before saying it is ready (`serve`)."""
+    emit = OpenStages(emit)
     emit(Opening(stage="importing torch"))
     # After main() set the spawn environment: torch loads only then.
     from .context import RunContext, pick_device
@@ -189,7 +213,7 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
         task_sha = task_file_sha256(loaded)
         if loaded.spec.task.captures_trainer:
             ctx = _open_trainer(loaded, emit, cmd, cancel)
-            return _ready(ctx, ctx.task, emit)
+            return _ready(ctx, ctx.task, emit, keep_heap)
         t = loaded.spec.task
         emit(Opening(stage=f"building the task {t.file or t.builtin} (its examples)"))
         task = load_task(loaded)
@@ -221,7 +245,7 @@ def open_campaign(cmd: OpenCampaign, emit: Callable[[WireMessage], None], cancel
         # generator…) is bad input too: one line naming the file, never a view left waiting.
         emit(BadInput(message=f"{cmd.spec_path}: the task could not be built: {exception_line(exc)}"))
         return None
-    return _ready(ctx, task, emit)
+    return _ready(ctx, task, emit, keep_heap)
 
 
 def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event):
@@ -235,7 +259,7 @@ def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event):
     return ctx
 
 
-def _ready(ctx, task, emit: Callable[[WireMessage], None]):
+def _ready(ctx, task, emit: OpenStages, keep_heap: bool):
     """Tell the view the campaign is open: the dataset, its accounting and the environment."""
     # After main() set the spawn environment: torch loads only then.
     from .environment import describe
@@ -253,7 +277,11 @@ def _ready(ctx, task, emit: Callable[[WireMessage], None]):
     emit(Opening(stage="importing torch._dynamo (building an optimizer imports it)"))
     _warm_lazy_imports()
     leave_a_core_for_the_view()
+    if keep_heap:
+        emit(Opening(stage="collecting the open's garbage, freezing the rest"))
+        heap.keep_opened()
     env = describe(device)
+    env["open_s"] = emit.seconds()
     emit(RunnerReady(pid=os.getpid(), environment=env, dataset=dataset | {"accounting": accounting}))
     return ctx
 
@@ -345,9 +373,7 @@ def _serve(
                 _close_ranks(ctx)
                 if keep_heap:
                     heap.hand_back()
-                ctx = holder["ctx"] = open_campaign(cmd, emit, cancel)
-                if keep_heap and ctx is not None:
-                    heap.keep_opened()
+                ctx = holder["ctx"] = open_campaign(cmd, emit, cancel, keep_heap)
             elif isinstance(cmd, RunStep):
                 if ctx is None:
                     emit(RunnerError(message="no campaign is open"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import pytest
 
@@ -299,12 +300,20 @@ def test_the_open_says_what_the_runner_is_doing(tiny, tmp_path):
     session.on_open_wait = lambda waited: seen.append(session.opening_stage)
     try:
         os.chdir(tmp_path)
+        began = time.perf_counter()
         session.start()
+        waited = time.perf_counter() - began
     finally:
         session.close()
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
+    # The record keeps each stage's seconds: where the wait before the first verdict went.
+    assert session.record is not None
+    open_s = session.record.data["environment"]["open_s"]
+    assert list(open_s) == link.stages and all(s >= 0 for s in open_s.values())
+    assert sum(open_s.values()) <= waited
+    assert open_s["running plain_trainer.py up to its trainer.train()"] > 0
     assert link.stages == [
         "importing torch",
         "importing transformers",
