@@ -1,8 +1,9 @@
 """What a fresh process finds when it starts: run as `python -m fresh_probe OUT_DIR [PLANT]`.
 
 Writes result.json: whether torch carries a planted attribute, torch's and numpy's first draws,
-and its parent; with PLANT, it then plants its own (a later fresh process must not see it)."""
+its parent, and how many objects it found frozen out of the garbage collector; with PLANT, it then plants its own (a later fresh process must not see it)."""
 
+import gc
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ result = {
     "pid": os.getpid(),
     "ppid": os.getppid(),
     "cwd": os.getcwd(),
+    "frozen": gc.get_freeze_count(),
 }
 if len(sys.argv) > 2:
     torch._planted_by_a_run = sys.argv[2]
