@@ -23,7 +23,7 @@ class InProcessLink:
 
     def __init__(self, keep_heap: bool = False) -> None:
         # As the runner process does, freeze what the open built (runner/memory/heap.py): the
-        # whole calling process's heap then, which the test hands back with `gc.unfreeze()`.
+        # whole calling process's heap then, which the test hands back with `heap.hand_back()`.
         self.keep_heap = keep_heap
         self._thread: threading.Thread | None = None
         self._commands: queue.Queue[Any] = queue.Queue()

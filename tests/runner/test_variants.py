@@ -20,6 +20,7 @@ from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.in_process import InProcessLink
+from pilot_tui.runner.memory import heap
 from pilot_tui.runner.phases import base as phase_base
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.variants_compare import compare_targets
@@ -120,7 +121,7 @@ def test_a_variant_held_in_a_reference_cycle_is_freed_under_the_runners_frozen_h
                 pass
     finally:
         session.close()
-        gc.unfreeze()
+        heap.hand_back()
     assert sorted(watched) == ["ckpt", "len16", "mb1"]
     assert alive_at_start == {"control": [], "mb1": [], "ckpt": [], "len16": []}
 

@@ -35,6 +35,7 @@ from ....tasks.contract import Task
 from ...checks import objective
 from ...loop import optimizers
 from ...loop.training import autocast
+from .. import heap
 
 MIB = 1024 * 1024
 # The CUDA caching allocator never hands out less than this (c10/cuda/CUDACachingAllocator.cpp).
@@ -220,7 +221,7 @@ class _OwnGarbage:
     the collection only the objects made since. A heap someone else froze is left as it is."""
 
     def __init__(self) -> None:
-        self.ours = gc.get_freeze_count() == 0
+        self.ours = not heap.frozen_by_someone()
         if self.ours:
             gc.freeze()
 
