@@ -212,10 +212,12 @@ def open_campaign(
         # Hashed before the import: fresh worker processes refuse a task file edited since.
         task_sha = task_file_sha256(loaded)
         if loaded.spec.task.captures_trainer:
-            ctx = _open_trainer(loaded, emit, cmd, cancel)
+            ctx = _open_trainer(loaded, emit, cmd, cancel, keep_heap)
             return _ready(ctx, ctx.task, emit, keep_heap)
         t = loaded.spec.task
         emit(Opening(stage=f"building the task {t.file or t.builtin} (its examples)"))
+        if keep_heap:
+            heap.freeze_imports()
         task = load_task(loaded)
         device = _campaign_key(loaded, "batch.device", pick_device, loaded.spec.batch.device)
         loaded = _resolve_world(loaded, device)
@@ -248,11 +250,14 @@ def open_campaign(
     return _ready(ctx, task, emit, keep_heap)
 
 
-def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event):
+def _open_trainer(loaded, emit, cmd: OpenCampaign, cancel: threading.Event, keep_heap: bool):
     """A `trainer_script` campaign: the script captured in this process (docs/trainer.md)."""
     emit(Opening(stage="importing transformers"))
     # After main() set the spawn environment: torch loads only then.
     from .subject.trainer.campaign import open_trainer_campaign
+
+    if keep_heap:
+        heap.freeze_imports()
 
     ctx = open_trainer_campaign(loaded, emit, Path(cmd.work_dir), cancel)
     ctx.rows.extend(cmd.rows)
@@ -371,7 +376,8 @@ def _serve(
                 emit(cmd)
             elif isinstance(cmd, OpenCampaign):
                 _close_ranks(ctx)
-                if keep_heap:
+                if keep_heap and ctx is not None:
+                    ctx = holder["ctx"] = None  # the previous campaign's heap: collected first
                     heap.hand_back()
                 ctx = holder["ctx"] = open_campaign(cmd, emit, cancel, keep_heap)
             elif isinstance(cmd, RunStep):

@@ -4,6 +4,7 @@ R11, R12)."""
 
 from __future__ import annotations
 
+import builtins
 import gc
 import textwrap
 import tomllib
@@ -124,6 +125,45 @@ def test_a_variant_held_in_a_reference_cycle_is_freed_under_the_runners_frozen_h
         heap.hand_back()
     assert sorted(watched) == ["ckpt", "len16", "mb1"]
     assert alive_at_start == {"control": [], "mb1": [], "ckpt": [], "len16": []}
+
+
+GARBAGE_TASK = """
+import builtins
+import weakref
+
+import torch
+
+from pilot_tui.tasks import demo_instruct
+
+
+def make_task(**options):
+    # A user's task build leaving a tensor in a reference cycle (a cache that refers to itself).
+    cycle = {"tensor": torch.zeros(1 << 16)}
+    cycle["self"] = cycle
+    builtins.pilot_open_garbage = weakref.ref(cycle["tensor"])
+    return demo_instruct.make_task(**options)
+"""
+
+
+def test_what_the_open_left_in_reference_cycles_is_collected_before_its_heap_is_frozen(
+    write_campaign, tmp_path: Path
+) -> None:
+    # The runner freezes the libraries as soon as they are imported, then collects what the
+    # task's build (or the script's capture) left, then freezes the rest: garbage the build
+    # left in a cycle must not be frozen with it (it would never be freed). Automatic
+    # collections are off here, so only the open's own collection can free it.
+    (tmp_path / "garbage_task.py").write_text(GARBAGE_TASK)
+    path = write_campaign({"task": {"builtin": "", "file": "garbage_task.py"}})
+    session = Session(path, tmp_path / "records", link=InProcessLink(keep_heap=True))
+    gc.disable()
+    try:
+        session.start()
+        assert builtins.pilot_open_garbage() is None  # type: ignore[attr-defined]
+    finally:
+        session.close()
+        gc.enable()
+        heap.hand_back()
+        del builtins.pilot_open_garbage  # type: ignore[attr-defined]
 
 
 def test_demo_variants_side_by_side(write_campaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -194,6 +194,7 @@ def serve(args: argparse.Namespace) -> int:
             dist.init_process_group(args.backend, timeout=timeout)
         groups = node_groups(args.pilot_nnodes, per_node)
         AFTER_ROW.insert(0, state_mb_hook)
+        heap.freeze_imports()
         ctx = _open(loaded, device, forward, args.work_dir)
         heap.keep_opened()  # as the runner does: collections walk the phases' objects only
         ready = {

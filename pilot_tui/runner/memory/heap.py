@@ -10,10 +10,13 @@ one walk is ~0.2 s on a CPU core; a piloted TRL `sft.py` paid it about fifteen t
 Frozen once the open is done (`gc.freeze()`, constant time), those collections walk only what the
 phases made since, and that is where every tensor a phase drops lives: a variant's weights and
 optimizer state, a gate's trainer state, a failed update's gradients. What the open built is
-never dropped by a phase, so freezing it loses nothing; the open's own garbage is collected once
-before the freeze. A runner that opens a campaign again hands the previous heap back first
-(`hand_back`). The template process freezes its imports the same way before it forks, so a fresh
-process's collections walk neither the libraries nor anything but its own work.
+never dropped by a phase, so freezing it loses nothing. The libraries are frozen as soon as they
+are imported (`freeze_imports`: modules, classes and functions are never garbage), so the one
+collection at the open's end (`keep_opened`) walks only the task or the script's capture and
+collects what it left in reference cycles: 12-16 ms on the scripts here, where walking the
+whole heap took 0.2 s. A runner that opens a campaign again hands the previous heap back and
+collects it first (`hand_back`). The template process freezes its imports the same way before it
+forks, so a fresh process's collections walk neither the libraries nor anything but its own work.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ import gc
 # every frozen object, ~40 ms with transformers and TRL loaded, and the estimate's fake runs and
 # each steady ask.
 _kept = False
+
+
+def freeze_imports() -> None:
+    """Before the task is built or the script captured: what the imports made is frozen as it is
+    (their own few cyclic leftovers with it: no tensor, never walked again)."""
+    gc.freeze()
 
 
 def keep_opened() -> None:
@@ -40,6 +49,7 @@ def hand_back() -> None:
     the previous open's heap may be garbage now, so the collector gets it back."""
     global _kept
     gc.unfreeze()
+    gc.collect()
     _kept = False
 
 

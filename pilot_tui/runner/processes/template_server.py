@@ -127,8 +127,7 @@ def main() -> int:
             failed.append(f"{name}: {type(exc).__name__}")
     # Every child inherits the imports: frozen, its full collections never walk them again (with
     # transformers and TRL ~0.2 s each; a captured trainer's train() runs one) and its pages are
-    # not written to by the collector (runner/memory/heap.py).
-    gc.collect()
+    # not written to by the collector (runner/memory/heap.py: freeze_imports).
     gc.freeze()
     _send(sock, {"ready": sorted(set(modules) - {f.split(":")[0] for f in failed}), "failed": failed})
     serve(sock)
