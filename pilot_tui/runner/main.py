@@ -41,7 +41,7 @@ from ..tasks.loader import TaskError, load_task
 from .memory import heap
 from .processes import template
 from .processes.determinism import apply_spawn_env
-from .processes.lifetime import die_with_parent, exit_without_collecting
+from .processes.lifetime import die_with_parent, exit_now
 
 # The modules that import torch are imported inside the functions that need them: torch must
 # load only after `main()` has set the environment cuBLAS reads when its first handle is made.
@@ -442,8 +442,7 @@ def main() -> int:
         stop.set()
     if poisoned:
         _end_poisoned()
-    exit_without_collecting()
-    return 0
+    exit_now(0)
 
 
 if __name__ == "__main__":

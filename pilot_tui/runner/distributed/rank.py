@@ -37,7 +37,7 @@ from ..memory import heap
 from ..phases import PHASES, execute
 from ..phases.base import AFTER_ROW, Outcome
 from ..processes.fresh_process import task_file_sha256
-from ..processes.lifetime import die_with_parent, exit_without_collecting
+from ..processes.lifetime import die_with_parent, exit_now
 from . import state as dist_state
 from .interconnect import measure_allreduce
 
@@ -244,8 +244,7 @@ def serve(args: argparse.Namespace) -> int:
         seq += 1
     stop.set()
     dist.destroy_process_group()
-    exit_without_collecting()
-    return 0
+    exit_now(0)
 
 
 def _store(args: argparse.Namespace) -> dist.Store:

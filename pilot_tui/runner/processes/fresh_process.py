@@ -37,7 +37,7 @@ from ..loop.checkpoint import detached_copies
 from ..safe_load import UnsafeLoadError, load_tensors
 from . import template
 from .determinism import apply_spawn_env
-from .lifetime import die_with_parent, exit_without_collecting
+from .lifetime import die_with_parent, exit_now
 from .template import TemplateChild
 
 EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
@@ -278,11 +278,15 @@ def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def run_fresh_process(body) -> int:
-    """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code."""
+    """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code,
+    with which the process then ends at once (`lifetime.exit_now`)."""
     try:
-        return _run_body(body)
-    finally:
-        exit_without_collecting()
+        code = _run_body(body)
+    except SystemExit as exc:  # the script's own sys.exit() during its capture
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    exit_now(code)
 
 
 def _run_body(body) -> int:
