@@ -76,6 +76,9 @@ def main() -> int:
             rental.free_bytes = lambda folder: 100 * 2**30
             source = replay_session(DATA / "campaign.toml", DATA / "recording.jsonl", records_dir=Path(tmp))
             app = PilotApp(source=source)
+        # The tabs' underline slides to the pane just chosen: drawn mid-slide, the picture would
+        # depend on the moment it was taken. Without animations it is where it ends.
+        app.animation_level = "none"
         for path in asyncio.run(shoot(app, args.out)):
             print(path)
     return 0
