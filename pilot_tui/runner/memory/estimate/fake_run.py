@@ -427,8 +427,12 @@ def _global_peak_only(tracker_cls: type) -> type:
                 super()._update_peak_stats(peak_state)
                 return
             for dev, dev_snap in current.items():
-                if peaks.get(dev, 0) < dev_snap[TOTAL]:
-                    peaks[dev] = dev_snap[TOTAL]
+                total = dev_snap.get(TOTAL)
+                if total is None:  # another layout of the snapshot: the tracker's own update
+                    super()._update_peak_stats(peak_state)
+                    return
+                if peaks.get(dev, 0) < total:
+                    peaks[dev] = total
                     snaps[dev] = dict(dev_snap)  # category -> bytes: a copy of the flat dict
 
     GlobalPeakTracker.__name__ = f"GlobalPeak{tracker_cls.__name__}"
