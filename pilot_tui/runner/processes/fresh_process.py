@@ -37,7 +37,7 @@ from ..loop.checkpoint import detached_copies
 from ..safe_load import UnsafeLoadError, load_tensors
 from . import template
 from .determinism import apply_spawn_env
-from .lifetime import die_with_parent, exit_now
+from .lifetime import die_with_parent, exit_without_collecting
 from .template import TemplateChild
 
 EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_ERROR = 3, 2, 1
@@ -278,15 +278,14 @@ def read_tensors(result: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def run_fresh_process(body) -> int:
-    """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code,
-    with which the process then ends at once (`lifetime.exit_now`)."""
+    """Run a worker body; every failure becomes one `pilot-tui worker:` line and an exit code.
+
+    Not `lifetime.exit_now`: a child forked from the template already ends with `os._exit`
+    (template_server.py), and must not run the atexit handlers it inherited from the template."""
     try:
-        code = _run_body(body)
-    except SystemExit as exc:  # the script's own sys.exit() during its capture
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    exit_now(code)
+        return _run_body(body)
+    finally:
+        exit_without_collecting()
 
 
 def _run_body(body) -> int:
