@@ -39,7 +39,7 @@ from ..core.spec import SpecError, _line_of, load_spec
 from ..core.steps import campaign_steps, find_step
 from ..tasks.loader import TaskError, load_task
 from .memory import heap
-from .processes import template
+from .processes import forked_call, template
 from .processes.determinism import apply_spawn_env
 from .processes.lifetime import die_with_parent, exit_now
 
@@ -357,6 +357,7 @@ def serve(
         return _serve(commands, emit, cancel, holder, keep_heap)
     finally:
         template.close()  # the template's children have all been waited for by their phases
+        forked_call.close_all()  # work started beside a step that no step will read now
 
 
 def _serve(
