@@ -63,22 +63,6 @@ _TABLE: list[PhaseInfo] = [
         "docs/plan.md",
         fail_fast=True,
     ),
-    # Which machine: per-GPU memory of every configuration under fake tensors (nothing allocated,
-    # no weight loaded), right after the software stack and before any data check or load (R23).
-    PhaseInfo(
-        "estimate",
-        "stack",
-        "per-GPU memory of each configuration under fake tensors, before any weight is loaded",
-        "docs/estimate.md",
-    ),
-    # The rented machine itself: its disks, shared memory and cores against what the run needs, its
-    # GPUs against their datasheets, their peers and the link NVML reports (R30).
-    PhaseInfo(
-        "machine",
-        "stack",
-        "the machine: disks, /dev/shm and cores against the run's needs; GPUs against datasheets and peers",
-        "docs/machine.md",
-    ),
     PhaseInfo(
         "inspect",
         "data",
@@ -88,6 +72,24 @@ _TABLE: list[PhaseInfo] = [
     ),
     PhaseInfo("split", "data", "no group and no identical example in two splits", "docs/checks.md"),
     PhaseInfo("overfit", "data", "a tiny subset is learnt and argmax recovers its labels", "docs/checks.md"),
+    # Which machine: per-GPU memory of every configuration under fake tensors (nothing allocated,
+    # no weight loaded), before the load (R23). Last of the data checks: on a CPU runner it
+    # computes in a fork beside them (runner/phases/estimate.py), and they are never timed.
+    PhaseInfo(
+        "estimate",
+        "data",
+        "per-GPU memory of each configuration under fake tensors, before any weight is loaded",
+        "docs/estimate.md",
+    ),
+    # The rented machine itself: its disks, shared memory and cores against what the run needs, its
+    # GPUs against their datasheets, their peers and the link NVML reports (R30). After the
+    # estimate, which says what a checkpoint holds; before anything long runs on the machine.
+    PhaseInfo(
+        "machine",
+        "data",
+        "the machine: disks, /dev/shm and cores against the run's needs; GPUs against datasheets and peers",
+        "docs/machine.md",
+    ),
     PhaseInfo(
         "load",
         "engine",

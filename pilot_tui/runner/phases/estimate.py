@@ -4,21 +4,35 @@ Each configuration (control, memory variants, fit-search points) runs one traini
 evaluation pass under fake tensors, for the declared strategy and GPU count; the row holds the
 figures per configuration and the `[estimate]` section of the record keeps them for the plan.
 Nothing is allocated, so a model larger than this machine can still be estimated.
+
+The phase sits after the data checks, and on a CPU runner with a core to spare its work starts
+when the first of them does, in a fork of the runner (`processes/forked_call.py`): the data checks
+go on beside it, none of them timed, and every other step waits for the fork to end first, so
+timed phases still run alone. The fork is taken when the data checks start, before any of them
+ran: the state it estimates from is the one this phase would have found right after `machine`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from ...analysis import memory_estimate as est
 from ...core import dimensions
-from ...core.events import RecordUpdate
+from ...core.events import PhaseProgress, RecordUpdate
+from ...core.steps import Step
 from ...core.verdict import FAIL, PASS, WARN
-from ..context import RunContext
+from ..context import SAY_AFTER_S, RunContext
 from ..memory import workspaces
-from ..memory.estimate.campaign import campaign_configs, estimate_configs, source_for, target_of
-from ..memory.estimate.fake_run import MIB, NotEstimable
-from .base import Outcome, PhaseRun, phase
+from ..memory.estimate.campaign import Target, campaign_configs, estimate_configs, source_for, target_of
+from ..memory.estimate.fake_run import MIB, FakeConfig, NotEstimable
+from ..processes.forked_call import ForkedCall, ForkedCallFailed, fork_is_safe
+from .base import Outcome, PhaseRun, before_step, phase
 
 WORKSPACES_KEY = "estimate.library_workspaces"
 FIGURES = (
@@ -60,6 +74,114 @@ def flat_entry(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Steps that may run while the estimate computes in a fork: none is timed, and the figures their
+# rows hold are the runner's own (its RSS, its losses), which another process does not move.
+BESIDE = frozenset({"inspect", "split", "overfit"})
+BACKGROUND_KEY = "estimate.background"
+
+
+@dataclass
+class Background:
+    """The estimate computing in a fork of the runner, and what it was started for."""
+
+    call: ForkedCall
+    target: Target
+    configs: tuple[FakeConfig, ...]
+    beside: list[str] = field(default_factory=list)
+
+
+def _compute(ctx: RunContext, target: Target, configs: list[FakeConfig], fixed_bytes: int, progress=None):
+    """Every configuration's fake run; a model the fake run cannot rebuild comes back as
+    {"not_estimable": (op, reason)}."""
+    try:
+        source = source_for(ctx)
+    except NotEstimable as exc:
+        return {"not_estimable": (exc.op, exc.reason)}
+    return estimate_configs(source, configs, target, progress, fixed_bytes=fixed_bytes)
+
+
+def _may_fork(ctx: RunContext) -> bool:
+    """A fork gains only where a core is idle beside the runner's torch threads, and is safe only
+    before CUDA or a process group started here (`fork_is_safe`); the estimate must still be ahead."""
+    if "estimate" in ctx.spec.phases.skip or any(r.get("name") == "estimate" for r in ctx.rows):
+        return False
+    if ctx.device.type != "cpu" or not fork_is_safe():
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores > torch.get_num_threads()
+
+
+def _fork(ctx: RunContext) -> Background:
+    target = target_of(ctx.loaded)
+    configs = campaign_configs(ctx, target)
+    fixed = device_workspaces(ctx).bytes  # on the CPU: nothing touches a device
+
+    def in_the_fork() -> Any:
+        ctx.emit = lambda message: None  # the runner's event pipe is the runner's alone
+        torch.set_num_threads(1)  # the idle core; the runner keeps its own
+        return _compute(ctx, target, configs, fixed)
+
+    return Background(ForkedCall(in_the_fork), target, tuple(configs))
+
+
+@before_step
+def estimate_beside_the_data_checks(ctx: RunContext, step: Step) -> None:
+    """Start the estimate in a fork when the data checks start; before any other step (timed
+    ones above all), wait for it to end."""
+    found: Background | None = ctx.memo.get(BACKGROUND_KEY)
+    if step.phase in BESIDE:
+        if found is None and _may_fork(ctx):
+            found = ctx.memo[BACKGROUND_KEY] = _fork(ctx)
+        if found is not None and found.call.running:
+            found.beside.append(step.key)
+        return
+    if found is None or step.phase == "estimate" or not found.call.running:
+        return
+    limit = ctx.spec.limit_for("estimate").time_s
+
+    def tick(waited: float) -> None:
+        if ctx.cancel.is_set() or (limit and time.monotonic() - found.call.started > limit):
+            raise TimeoutError  # the estimate step runs it again, under its own deadline
+        if waited >= SAY_AFTER_S:
+            message = f"waiting for the estimate's fork to end before this step ({waited:.0f} s)"
+            ctx.emit(PhaseProgress(step=step.key, done=0, total=1, message=message))
+
+    with contextlib.suppress(ForkedCallFailed, TimeoutError):  # the estimate step sees how it ended
+        found.call.wait(tick)
+
+
+def _from_background(ctx: RunContext, run: PhaseRun, target: Target, configs: list[FakeConfig]):
+    """The fork's result when it was started for these configurations, else None; and words
+    for the row on how it was computed."""
+    found: Background | None = ctx.memo.pop(BACKGROUND_KEY, None)
+    if found is None:
+        return None, {}
+    if (found.target, found.configs) != (target, tuple(configs)):
+        found.call.kill()  # the campaign changed since the fork (a variant added, other flags)
+        return None, {}
+    t0 = time.monotonic()
+    beside = " · ".join(found.beside) or "no other step"
+
+    def tick(waited: float) -> None:
+        ctx.check_cancel()
+        ctx.progress(run.step.key, 0, 1, message=f"waiting for the fork that estimates beside {beside}")
+
+    try:
+        result = found.call.wait(tick)
+    except ForkedCallFailed as exc:
+        return None, {"computed": f"here: the fork started beside {beside} failed ({exc})"}
+    own = found.call.seconds or 0.0
+    waited = time.monotonic() - t0
+    how = {
+        "computed": (
+            f"in a fork of the runner beside {beside}: {own:.2f} s of its own, {waited:.2f} s waited here"
+        ),
+        "fork_s": round(own, 3),
+        "beside": list(found.beside),
+    }
+    return result, how
+
+
 @phase("estimate")
 def estimate(ctx: RunContext, run: PhaseRun) -> Outcome:
     target = target_of(ctx.loaded, **{k: run.overrides.get(k) for k in ("gpus", "strategy", "gpu_memory_gb")})
@@ -69,13 +191,14 @@ def estimate(ctx: RunContext, run: PhaseRun) -> Outcome:
         ctx.check_cancel()
         ctx.progress(run.step.key, done, total, message=message)
 
-    try:
-        source = source_for(ctx)
-    except NotEstimable as exc:  # a model the fake run cannot rebuild: a warning that says why
-        why = {"op": exc.op, "reason": exc.reason, "configurations": [c.name for c in configs]}
-        return Outcome(WARN, f"not estimable: {exc.reason}", why)
     fixed = device_workspaces(ctx)
-    result = estimate_configs(source, configs, target, progress, fixed_bytes=fixed.bytes)
+    result, how = _from_background(ctx, run, target, configs)
+    if result is None:
+        result = _compute(ctx, target, configs, fixed.bytes, progress)
+    if "not_estimable" in result:  # a model the fake run cannot rebuild: a warning that says why
+        op, reason = result["not_estimable"]
+        why = {"op": op, "reason": reason, "configurations": [c.name for c in configs]} | how
+        return Outcome(WARN, f"not estimable: {reason}", why)
     entries = [flat_entry(e) for e in result["configurations"]]
     section = {
         "label": est.ESTIMATE_LABEL,
@@ -88,14 +211,18 @@ def estimate(ctx: RunContext, run: PhaseRun) -> Outcome:
         "left_out": workspaces.LEFT_OUT,
     }
     ctx.emit(RecordUpdate(section="estimate", value=section))
-    details: dict[str, Any] = {
-        "label": est.ESTIMATE_LABEL,
-        "target": result["target"],
-        "allowance": result["allowance"],
-        "configurations": [est.line(e) for e in result["configurations"]],
-        "estimates": entries,
-        "left_out": workspaces.LEFT_OUT,
-    } | fixed.details()
+    details: dict[str, Any] = (
+        {
+            "label": est.ESTIMATE_LABEL,
+            "target": result["target"],
+            "allowance": result["allowance"],
+            "configurations": [est.line(e) for e in result["configurations"]],
+            "estimates": entries,
+            "left_out": workspaces.LEFT_OUT,
+        }
+        | fixed.details()
+        | how
+    )
     if result["recommendation"]:
         details["recommendation"] = result["recommendation"]
     return estimate_verdict(result["configurations"], target.gpu_memory_gb, details)
