@@ -13,7 +13,7 @@ hub) and the same arguments:
    --headless`, wall time of the run, with the per-phase breakdown read from its record.
 
 Prints both times, the ratio piloted / plain (target ≤ 1.5), and where the pilot's time went
-(each phase's seconds, the fresh processes and how they started). The machine's load average is
+(each phase's seconds, the fresh processes and how they started, the estimate's fork). The machine's load average is
 printed with each round: other work on the machine moves both sides.
 """
 
@@ -149,6 +149,8 @@ def breakdown(record: dict) -> list[str]:
             or ""
         )
         how = f" ({start.split(' (')[0]})" if start else ""
+        if d.get("fork_s") is not None:  # the estimate computed in a fork beside the data checks
+            how = f" (waited here; {d['fork_s']:.2f} s in a fork beside {' · '.join(d.get('beside', []))})"
         out.append(f"  {r['step']:<24} {float(r.get('duration_s') or 0):7.2f} s {r['verdict']}{how}")
     total = sum(float(r.get("duration_s") or 0) for r in rows)
     out.append(f"  {'sum of rows':<24} {total:7.2f} s")
