@@ -295,9 +295,16 @@ class Session:
         self._running, self._phase_started = key, False
         if not self.link.alive():
             self._open_runner()
-        self._begin_step(key)
         overrides, pending_run = self._lr_run_attempt(key, dict(overrides or {}))
-        self.link.send(RunStep(step=key, overrides=overrides))
+        if self._saved_stat is None:
+            self._begin_step(key)  # the first save creates the file: refused before anything runs
+            self.link.send(RunStep(step=key, overrides=overrides))
+        else:
+            # The runner starts while the record names the step in flight: the save (a few ms,
+            # the whole record each time) is no longer a pause between two steps. Nothing read
+            # from the runner is handled before it.
+            self.link.send(RunStep(step=key, overrides=overrides))
+            self._begin_step(key)
         started: PhaseStarted | None = None
         finished = resent = hung = False
         silent, poll_s = 0.0, self.settings.poll_s
