@@ -14,7 +14,6 @@ import pytest
 import torch
 from torch import nn
 
-from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.memory.estimate import fake_run
@@ -24,21 +23,11 @@ from pilot_tui.runner.memory.estimate.sources import task_source
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.variants_compare import saved_activations
 from pilot_tui.tasks.contract import Task
-from pilot_tui.tasks.loader import load_task
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory: pytest.TempPathFactory) -> RunContext:
-    """The fast demo campaign's context (real task, real splits), on the CPU."""
-    import tomli_w
-
-    from tests.conftest import FAST, deep_merge, demo_raw
-
-    folder = tmp_path_factory.mktemp("estimate")
-    path = folder / "campaign.toml"
-    path.write_text(tomli_w.dumps(deep_merge(demo_raw(), FAST)))
-    loaded = load_spec(path)
-    return RunContext(loaded, load_task(loaded), torch.device("cpu"), emit=lambda _m: None, work_dir=folder)
+def ctx(fast_demo_ctx: RunContext) -> RunContext:
+    return fast_demo_ctx
 
 
 def exact(cfg: FakeConfig) -> FakeConfig:

@@ -7,17 +7,16 @@ import os
 import random
 import sys
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
 
-from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.estimate import BACKGROUND_KEY
 from pilot_tui.runner.processes.forked_call import ForkedCall, ForkedCallFailed
-from pilot_tui.tasks.loader import load_task
 
 PLANTED = {"value": "runner"}
 
@@ -77,17 +76,8 @@ def test_a_child_nobody_waits_for_is_reaped_when_it_ends() -> None:
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory: pytest.TempPathFactory) -> RunContext:
-    """The fast demo campaign's context (real task, real splits), on the CPU."""
-    import tomli_w
-
-    from tests.conftest import FAST, deep_merge, demo_raw
-
-    folder = tmp_path_factory.mktemp("forked-estimate")
-    path = folder / "campaign.toml"
-    path.write_text(tomli_w.dumps(deep_merge(demo_raw(), FAST)))
-    loaded = load_spec(path)
-    return RunContext(loaded, load_task(loaded), torch.device("cpu"), emit=lambda _m: None, work_dir=folder)
+def ctx(fast_demo_ctx: RunContext) -> RunContext:
+    return fast_demo_ctx
 
 
 @pytest.fixture
@@ -104,6 +94,13 @@ def one_thread():
 
 def _fresh(ctx: RunContext) -> RunContext:
     return replace(ctx, memo={}, rows=[], states={}, parked=set(), training=None)
+
+
+def _after_inspect(ctx: RunContext) -> tuple[RunContext, Any]:
+    """A fresh context whose `inspect` ran: the estimate's fork started beside it."""
+    local = _fresh(ctx)
+    execute(local, Step("inspect", "inspect"), {})
+    return local, local.memo[BACKGROUND_KEY]
 
 
 def _figures(row: dict) -> list[dict]:
@@ -132,9 +129,7 @@ def test_a_step_outside_the_data_checks_waits_for_the_fork_to_end_first(
     ctx: RunContext,
     one_thread,
 ) -> None:
-    local = _fresh(ctx)
-    execute(local, Step("inspect", "inspect"), {})
-    background = local.memo[BACKGROUND_KEY]
+    local, background = _after_inspect(ctx)
     execute(local, Step("stack", "stack"), {})  # not a data check: it runs once the fork ended
     assert not background.call.running
     row = execute(local, Step("estimate", "estimate"), {})
@@ -145,9 +140,7 @@ def test_an_estimate_asked_for_another_machine_than_the_forks_computes_in_place(
     ctx: RunContext,
     one_thread,
 ) -> None:
-    local = _fresh(ctx)
-    execute(local, Step("inspect", "inspect"), {})
-    background = local.memo[BACKGROUND_KEY]
+    local, background = _after_inspect(ctx)
     row = execute(local, Step("estimate", "estimate"), {"gpus": 2, "strategy": "ddp"})
     assert row["verdict"] == "pass", row["reason"]
     assert "computed" not in row["details"] and row["details"]["target"]["gpus"] == 2
