@@ -129,6 +129,22 @@ def plain_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PILOT_TUI_LAUNCHER", raising=False)
 
 
+@pytest.fixture(scope="module")
+def fast_demo_ctx(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The fast demo campaign's runner context (real task, real splits), on the CPU; one per module."""
+    import torch
+
+    from pilot_tui.core.spec import load_spec
+    from pilot_tui.runner.context import RunContext
+    from pilot_tui.tasks.loader import load_task
+
+    folder = tmp_path_factory.mktemp("fast-demo")
+    path = folder / "campaign.toml"
+    path.write_text(tomli_w.dumps(deep_merge(demo_raw(), FAST)))
+    loaded = load_spec(path)
+    return RunContext(loaded, load_task(loaded), torch.device("cpu"), emit=lambda _m: None, work_dir=folder)
+
+
 @pytest.fixture
 def write_campaign(tmp_path: Path):
     """write_campaign(changes, name=..., drop=[sections]) -> path of a campaign file in tmp_path."""
