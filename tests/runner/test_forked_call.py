@@ -156,3 +156,19 @@ def test_no_fork_where_the_runner_uses_every_core(ctx: RunContext) -> None:
         assert BACKGROUND_KEY not in local.memo
     finally:
         torch.set_num_threads(before)
+
+
+def test_cancelling_the_estimate_while_it_waits_for_the_fork_stops_the_fork(
+    ctx: RunContext,
+    one_thread,
+) -> None:
+    import threading
+
+    local, background = _after_inspect(ctx)
+    assert background.call.running  # the fake runs take about a second here: the step will wait
+    threading.Timer(0.05, local.cancel.set).start()  # execute() clears the flag as the step starts
+    row = execute(local, Step("estimate", "estimate"), {})
+    assert row["verdict"] == "fail" and row.get("cancelled"), row["reason"]
+    assert not background.call.running
+    with pytest.raises(ForkedCallFailed, match="stopped"):
+        background.call.wait()
