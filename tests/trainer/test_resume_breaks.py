@@ -36,20 +36,35 @@ SCRIPT = """
 """
 
 
-def _run(tiny, tmp_path, share: float):
+# With an LR board, process C starts ahead: it runs the script beside the board's run, then waits
+# for run A's checkpoint (runner/subject/trainer/resume_gate.py). Both ways must catch the break.
+BOARD = {"control": 1e-3, "variants": [], "seeds": [0], "updates": 2, "validate_every": 2}
+
+
+def _run(tiny, tmp_path, share: float, ahead: bool = False):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT.format(share=share)))
-    keep = ["stack", "resume"]
+    keep = ["stack", "resume", *(["lr_run"] if ahead else [])]
     from pilot_tui.core import phase_table
 
     skip = [p for p in phase_table.names() if p not in keep]
-    return run_in_process(
-        tmp_path, str(script), [str(tiny.model)], phases={"skip": skip}, task={"supervise_prompt": True}
+    board = {"lr_board": BOARD} if ahead else {}
+    run = run_in_process(
+        tmp_path,
+        str(script),
+        [str(tiny.model)],
+        phases={"skip": skip},
+        task={"supervise_prompt": True},
+        **board,
     )
+    said = run.row("resume")["details"].get("resume_process_ahead", "")
+    assert said.startswith("started before run A, beside lr_run@") == ahead, said
+    return run
 
 
-def test_a_collator_drawing_from_the_rng_breaks_the_resume(tiny, tmp_path):
-    run = _run(tiny, tmp_path, 0.3)
+@pytest.mark.parametrize("ahead", [False, True], ids=["in-turn", "started-ahead"])
+def test_a_collator_drawing_from_the_rng_breaks_the_resume(tiny, tmp_path, ahead):
+    run = _run(tiny, tmp_path, 0.3, ahead)
     assert run.rc == 1, run.out
     row = run.row("resume")
     assert row["verdict"] == "fail"
@@ -60,8 +75,9 @@ def test_a_collator_drawing_from_the_rng_breaks_the_resume(tiny, tmp_path):
     assert not first["loss_same"] and first["loss_a"] != first["loss_c"]
 
 
-def test_its_twin_without_randomness_resumes_bitwise(tiny, tmp_path):
-    run = _run(tiny, tmp_path, 0.0)  # torch.rand still drawn, nothing dropped: the same bits
+@pytest.mark.parametrize("ahead", [False, True], ids=["in-turn", "started-ahead"])
+def test_its_twin_without_randomness_resumes_bitwise(tiny, tmp_path, ahead):
+    run = _run(tiny, tmp_path, 0.0, ahead)  # torch.rand still drawn, nothing dropped: the same bits
     row = run.row("resume")
     assert row["verdict"] == "pass", run.out
     assert row["details"]["causes"] == []

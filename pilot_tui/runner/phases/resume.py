@@ -3,8 +3,23 @@ ones the uninterrupted run took (R15), where resumes really break too (R26)."""
 
 from __future__ import annotations
 
+from ...core.steps import Step
 from ..context import RunContext
-from .base import Outcome, PhaseRun, phase
+from .base import Outcome, PhaseRun, before_step, phase
+
+# Steps the resume's new process may prepare beside (a captured trainer's script run up to its
+# train()): the LR board's runs, which are never timed.
+AHEAD_BESIDE = frozenset({"lr_run"})
+
+
+@before_step
+def resume_process_ahead(ctx: RunContext, step: Step) -> None:
+    if ctx.training is None or step.phase == "resume":
+        return
+    if step.phase in AHEAD_BESIDE:
+        ctx.training.resume_ahead(ctx, step)
+    else:
+        ctx.training.resume_settled(ctx, step)
 
 
 @phase("resume")

@@ -26,6 +26,7 @@ from ...tasks.contract import Task
 
 if TYPE_CHECKING:  # the context holds a Training: typed here, imported there
     from ...core.spec import FitSearchSpec
+    from ...core.steps import Step
     from ..checks.inspection import ModelOutput
     from ..context import Outcome, PhaseRun, RunContext
     from ..memory.estimate.fake_run import ModelSource
@@ -157,6 +158,15 @@ class Training(ABC):
     @abstractmethod
     def resume(self, ctx: RunContext, run: PhaseRun) -> Outcome:
         """Train k, save, resume in a new process for n: the same updates as without the stop."""
+
+    def resume_ahead(self, ctx: RunContext, step: Step) -> None:
+        """Before an untimed step (an LR run): start what the resume's new process can do before
+        run A exists, beside it. Nothing here; a captured trainer runs its script there."""
+        return
+
+    def resume_settled(self, ctx: RunContext, step: Step) -> None:
+        """Before any other step: whatever `resume_ahead` started has stopped using the CPU."""
+        return
 
     @abstractmethod
     def lr_run(self, ctx: RunContext, run: PhaseRun, plan: Any, row: dict[str, Any], live: Any) -> None:

@@ -1,10 +1,19 @@
 """`resume` on a captured trainer: run A here saves at step k by the trainer's own checkpoint
 code and continues to k + n; process C, new, captures the same script and resumes; steps
-k+1…k+n must be bitwise the same."""
+k+1…k+n must be bitwise the same.
+
+On a CPU runner with a core to spare, process C starts ahead, with the LR board's first run: it
+captures the script beside the board's runs (never timed), then waits for the checkpoint's path,
+which the runner writes once run A saved it. Every other step waits for that capture to end first.
+"""
 
 from __future__ import annotations
 
+import os
 import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,9 +21,14 @@ import torch
 import transformers
 from packaging.version import Version
 
+from ....core.atomic import write_text_atomic
+from ....core.events import PhaseProgress
+from ....core.launch import launcher
+from ....core.steps import Step
 from ....core.verdict import PASS, WARN
-from ...context import Outcome, PhaseFailure, PhaseRun, RunContext
-from ...processes.fresh_process import FreshProcessFailed, start_fresh_process
+from ...context import SAY_AFTER_S, Outcome, PhaseFailure, PhaseRun, RunContext
+from ...processes import template
+from ...processes.fresh_process import FreshProcess, FreshProcessFailed, start_fresh_process
 from . import loop
 from .captured import adapter_of, from_start, probe_for, trainer_of
 from .settings import RESUME_REFUSED
@@ -107,6 +121,99 @@ def hexes(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (float(v).hex() if isinstance(v, float) else v) for k, v in row.items()}
 
 
+AHEAD_KEY = "resume.process_c_ahead"
+# Written by process C started ahead once the script reached its train() (workers/trainer_resume.py).
+CAPTURED_FILE = "captured"
+AHEAD_POLL_S = 0.02
+
+
+@dataclass
+class Ahead:
+    """Process C started before its step, and what it was started with."""
+
+    worker: FreshProcess
+    argv: list[str]
+    ready: Path
+    beside: list[str] = field(default_factory=list)
+
+    def captured(self) -> bool:
+        return (self.worker.out_dir / CAPTURED_FILE).is_file() or self.worker.proc.poll() is not None
+
+
+def _c_argv(ctx: RunContext, out: Path) -> tuple[Path, list[str]]:
+    k, n = ctx.spec.resume.k, ctx.spec.resume.n
+    c_dir = out / "run-c"
+    return c_dir, [*worker_argv(ctx, c_dir), "--steps", str(k + n)]
+
+
+def start_ahead(ctx: RunContext, step: Step) -> None:
+    """Process C started now, beside an untimed step, where it gains: a CPU runner that leaves a
+    core idle, a new process that starts cheaply, one process, the resume still to run."""
+    found: Ahead | None = ctx.memo.get(AHEAD_KEY)
+    if found is not None:
+        if not found.captured():
+            found.beside.append(step.key)
+        return
+    tmpl = template.current()
+    # A new process starts cheaply: forked from the template once its imports are paid, or
+    # through a launcher that decides how (core/launch.py).
+    cheap = (tmpl is not None and tmpl.ready()) or bool(launcher())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if (
+        "resume" in ctx.spec.phases.skip
+        or any(r.get("name") == "resume" for r in ctx.rows)
+        or ctx.device.type != "cpu"
+        or ctx.spec.distributed.strategy != "none"
+        or cores <= torch.get_num_threads()
+        or not cheap
+        or resume_causes(trainer_of(ctx))[0]  # refused: the step says why, nothing to start
+    ):
+        return
+    out = ctx.work_dir / "trainer-resume"
+    c_dir, argv = _c_argv(ctx, out)
+    ready = out / "run-c-checkpoint.txt"
+    ready.unlink(missing_ok=True)
+    (c_dir / CAPTURED_FILE).unlink(missing_ok=True)
+    worker = start_fresh_process(
+        "pilot_tui.runner.workers.trainer_resume",
+        [*argv, "--checkpoint-from", str(ready), "--runner-pid", str(os.getpid())],
+        c_dir,
+    )
+    ctx.memo[AHEAD_KEY] = Ahead(worker, argv, ready, [step.key])
+
+
+def settle_ahead(ctx: RunContext, step: Step) -> None:
+    """Before a step that is not the resume's: process C's capture (if it started ahead) ends
+    first, so no timed step shares the CPU with it."""
+    found: Ahead | None = ctx.memo.get(AHEAD_KEY)
+    if found is None or found.captured():
+        return
+    t0 = time.monotonic()
+    limit = ctx.spec.limit_for("resume").time_s or 900.0
+    while not found.captured() and not ctx.cancel.is_set():
+        waited = time.monotonic() - t0
+        if waited > limit:
+            found.worker.kill()  # the resume step starts its own
+            ctx.memo.pop(AHEAD_KEY, None)
+            return
+        if waited >= SAY_AFTER_S:
+            message = f"waiting for the resume's new process to finish running the script ({waited:.0f} s)"
+            ctx.emit(PhaseProgress(step=step.key, done=0, total=1, message=message))
+        time.sleep(AHEAD_POLL_S)
+
+
+def _taken_ahead(ctx: RunContext, argv: list[str]) -> Ahead | None:
+    """Process C started ahead for these arguments and still waiting, else None: one started for
+    other arguments, or one that ended already (its script failed), is stopped and a new one runs."""
+    found: Ahead | None = ctx.memo.pop(AHEAD_KEY, None)
+    if found is None:
+        return None
+    if found.argv != argv or found.worker.proc.poll() is not None:
+        found.worker.kill()
+        return None
+    return found
+
+
 def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     trainer = trainer_of(ctx)
     k, n = ctx.spec.resume.k, ctx.spec.resume.n
@@ -114,6 +221,8 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     if refused:
         raise PhaseFailure("a resume test would mean nothing: " + "; ".join(refused), {"refused": refused})
     out = ctx.work_dir / "trainer-resume"
+    c_dir, argv = _c_argv(ctx, out)
+    ahead = _taken_ahead(ctx, argv)
     saved_dir = trainer.args.output_dir
     trainer.args.output_dir = str(out / "run-a")
     from_start(ctx)
@@ -128,16 +237,14 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure(f"run A saved no checkpoint at step {k} ({checkpoint})")
     a_rows = {r["step"]: hexes(r) for r in probe.ordered()}
     run.current_input = {"k": k, "n": n, "run": "C (a new process)"}
-    c_dir = out / "run-c"
-    worker = start_fresh_process(
-        "pilot_tui.runner.workers.trainer_resume",
-        [
-            *worker_argv(ctx, c_dir),
-            "--checkpoint", str(checkpoint),
-            "--steps", str(k + n),
-        ],
-        c_dir,
-    )  # fmt: skip
+    if ahead is not None:
+        # Process C ran the script up to its train() beside the LR board: only the path goes to it.
+        write_text_atomic(ahead.ready, str(checkpoint))
+        worker = ahead.worker
+    else:
+        worker = start_fresh_process(
+            "pilot_tui.runner.workers.trainer_resume", [*argv, "--checkpoint", str(checkpoint)], c_dir
+        )
     try:
         said = (
             run.step.key,
@@ -158,6 +265,12 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         "resume_process_s": seconds,
         "resume_process_start": result.get("process_start", ""),
         "resume_capture_s": result.get("capture_s"),
+        "resume_process_ahead": (
+            f"started before run A, beside {' · '.join(ahead.beside)}: it ran the script up to its "
+            "train() there, then waited for run A's checkpoint"
+            if ahead is not None
+            else ""
+        ),
         "causes": causes,
         "compared": "loss, grad_norm, learning_rate (float.hex) and a sha256 of every parameter, per step",
     }
@@ -182,7 +295,10 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     note = f" (warn: {'; '.join(causes)})" if causes else ""
     note += " (on one process)" if "one_process" in details else ""
     again = result.get("capture_s")
-    rerun = f" (the script ran again up to its train() there: {again:.1f} s)" if again is not None else ""
+    when = " ahead, beside the LR board" if ahead is not None else ""
+    rerun = (
+        f" (the script ran again up to its train() there{when}: {again:.1f} s)" if again is not None else ""
+    )
     return Outcome(
         WARN if causes else PASS,
         f"resumed at step {k} in a new process{rerun}: steps {k + 1}…{k + n} bitwise identical (loss, grad "

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ....core.spec import FitSearchSpec
+from ....core.steps import Step
 from ...context import Outcome, PhaseRun, RunContext
 from ...memory.estimate.fake_run import ModelSource
 from ..base import InspectionInput, Loaded, LoopView, Training
@@ -93,6 +94,12 @@ class TrainerTraining(Training):
 
     def resume(self, ctx: RunContext, run: PhaseRun) -> Outcome:
         return resume_gate.resume(ctx, run)
+
+    def resume_ahead(self, ctx: RunContext, step: Step) -> None:
+        resume_gate.start_ahead(ctx, step)
+
+    def resume_settled(self, ctx: RunContext, step: Step) -> None:
+        resume_gate.settle_ahead(ctx, step)
 
     def lr_run(self, ctx: RunContext, run: PhaseRun, plan: Any, row: dict[str, Any], live: Any) -> None:
         board.lr_run(ctx, run, plan, row, live)
