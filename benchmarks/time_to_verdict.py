@@ -149,6 +149,8 @@ def breakdown(record: dict) -> list[str]:
             or ""
         )
         how = f" ({start.split(' (')[0]})" if start else ""
+        if d.get("resume_process_ahead"):  # process C ran the script beside the LR board
+            how = f" ({start.split(' (')[0]}, started ahead beside the LR board)"
         if d.get("fork_s") is not None:  # the estimate computed in a fork beside the data checks
             how = f" (waited here; {d['fork_s']:.2f} s in a fork beside {' · '.join(d.get('beside', []))})"
         out.append(f"  {r['step']:<24} {float(r.get('duration_s') or 0):7.2f} s {r['verdict']}{how}")
