@@ -9,7 +9,7 @@ The phase sits after the data checks, and on a CPU runner with a core to spare i
 when the first of them does, in a fork of the runner (`processes/forked_call.py`): the data checks
 go on beside it, none of them timed, and every other step waits for the fork to end first, so
 timed phases still run alone. The fork is taken when the data checks start, before any of them
-ran: the state it estimates from is the one this phase would have found right after `machine`.
+ran: it estimates from the state the phase found when it ran right after `stack`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,7 +91,13 @@ class Background:
     beside: list[str] = field(default_factory=list)
 
 
-def _compute(ctx: RunContext, target: Target, configs: list[FakeConfig], fixed_bytes: int, progress=None):
+def _compute(
+    ctx: RunContext,
+    target: Target,
+    configs: list[FakeConfig],
+    fixed_bytes: int,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> dict[str, Any]:
     """Every configuration's fake run; a model the fake run cannot rebuild comes back as
     {"not_estimable": (op, reason)}."""
     try:
@@ -150,7 +157,9 @@ def estimate_beside_the_data_checks(ctx: RunContext, step: Step) -> None:
         found.call.wait(tick)
 
 
-def _from_background(ctx: RunContext, run: PhaseRun, target: Target, configs: list[FakeConfig]):
+def _from_background(
+    ctx: RunContext, run: PhaseRun, target: Target, configs: list[FakeConfig]
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The fork's result when it was started for these configurations, else None; and words
     for the row on how it was computed."""
     found: Background | None = ctx.memo.pop(BACKGROUND_KEY, None)

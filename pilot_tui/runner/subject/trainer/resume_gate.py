@@ -222,7 +222,6 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure("a resume test would mean nothing: " + "; ".join(refused), {"refused": refused})
     out = ctx.work_dir / "trainer-resume"
     c_dir, argv = _c_argv(ctx, out)
-    ahead = _taken_ahead(ctx, argv)
     saved_dir = trainer.args.output_dir
     trainer.args.output_dir = str(out / "run-a")
     from_start(ctx)
@@ -237,6 +236,8 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
         raise PhaseFailure(f"run A saved no checkpoint at step {k} ({checkpoint})")
     a_rows = {r["step"]: hexes(r) for r in probe.ordered()}
     run.current_input = {"k": k, "n": n, "run": "C (a new process)"}
+    # Taken once run A saved: a run A that failed leaves it waiting for the step's next try.
+    ahead = _taken_ahead(ctx, argv)
     if ahead is not None:
         # Process C ran the script up to its train() beside the LR board: only the path goes to it.
         write_text_atomic(ahead.ready, str(checkpoint))
