@@ -25,6 +25,7 @@ from typing import Any
 from .lifetime import die_with_parent
 
 _READ_BYTES = 1 << 16
+KILL_WAIT_S = 5.0
 # Children still running: the runner's close stops them (`close_all`).
 _LIVE: set[ForkedCall] = set()
 
@@ -49,10 +50,9 @@ def fork_is_safe() -> bool:
 
 class ForkedCall:
     """`fn()` started in a forked child now; `wait` returns its value (plain data: it comes back
-    as JSON) (or raises
-    `ForkedCallFailed`). A thread reads the child's result and reaps it as soon as it ends, so
-    no finished child lingers whether or not anyone waits for it. The child ends with the
-    runner if the runner dies."""
+    as JSON) or raises `ForkedCallFailed`. A thread reads the child's result and reaps it as soon
+    as it ends, so no finished child lingers whether or not anyone waits for it. The child ends
+    with the runner if the runner dies."""
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         read, write = os.pipe()
@@ -100,12 +100,13 @@ class ForkedCall:
         raise ForkedCallFailed(str(value))
 
     def kill(self) -> None:
-        """Stop the child if it still runs; returns once it is reaped."""
+        """Stop the child if it still runs; returns once it is reaped (or after `KILL_WAIT_S`: a
+        process the child started may still hold the pipe open)."""
         if self.running:
             self._killed = True
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-        self._done.wait()
+        self._done.wait(KILL_WAIT_S)
 
     def _collect(self, fd: int) -> None:
         data = bytearray()

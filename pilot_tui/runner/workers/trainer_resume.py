@@ -46,9 +46,7 @@ def _parser() -> argparse.ArgumentParser:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process has the number now: not ours, gone
+    except (ProcessLookupError, PermissionError):  # gone (or the number is another user's now)
         return False
     return True
 
