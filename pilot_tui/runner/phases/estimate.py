@@ -15,7 +15,6 @@ ran: it estimates from the state the phase found when it ran right after `stack`
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from ..context import SAY_AFTER_S, RunContext
 from ..memory import workspaces
 from ..memory.estimate.campaign import Target, campaign_configs, estimate_configs, source_for, target_of
 from ..memory.estimate.fake_run import MIB, FakeConfig, NotEstimable
-from ..processes.forked_call import ForkedCall, ForkedCallFailed, fork_is_safe
+from ..processes.forked_call import ForkedCall, ForkedCallFailed, core_to_spare, fork_is_safe
 from .base import Outcome, PhaseRun, before_step, phase
 
 WORKSPACES_KEY = "estimate.library_workspaces"
@@ -112,10 +111,7 @@ def _may_fork(ctx: RunContext) -> bool:
     before CUDA or a process group started here (`fork_is_safe`); the estimate must still be ahead."""
     if "estimate" in ctx.spec.phases.skip or any(r.get("name") == "estimate" for r in ctx.rows):
         return False
-    if ctx.device.type != "cpu" or not fork_is_safe():
-        return False
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores > torch.get_num_threads()
+    return ctx.device.type == "cpu" and fork_is_safe() and core_to_spare()
 
 
 def _fork(ctx: RunContext) -> Background:

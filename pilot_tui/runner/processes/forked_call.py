@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ..machine.host import available_cores
 from .lifetime import die_with_parent
 
 _READ_BYTES = 1 << 16
@@ -46,6 +47,14 @@ def fork_is_safe() -> bool:
         return False
     dist = getattr(torch, "distributed", None)
     return not (dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def core_to_spare() -> bool:
+    """A core this process may run on that its torch threads leave idle (the runner leaves one
+    for the view: `runner/main.leave_a_core_for_the_view`): work beside it gains only there."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 1
+    return available_cores() > threads
 
 
 class ForkedCall:

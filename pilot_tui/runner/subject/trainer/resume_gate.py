@@ -28,6 +28,7 @@ from ....core.steps import Step
 from ....core.verdict import PASS, WARN
 from ...context import SAY_AFTER_S, Outcome, PhaseFailure, PhaseRun, RunContext
 from ...processes import template
+from ...processes.forked_call import core_to_spare
 from ...processes.fresh_process import FreshProcess, FreshProcessFailed, start_fresh_process
 from . import loop
 from .captured import adapter_of, from_start, probe_for, trainer_of
@@ -158,13 +159,12 @@ def start_ahead(ctx: RunContext, step: Step) -> None:
     # A new process starts cheaply: forked from the template once its imports are paid, or
     # through a launcher that decides how (core/launch.py).
     cheap = (tmpl is not None and tmpl.ready()) or bool(launcher())
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if (
         "resume" in ctx.spec.phases.skip
         or any(r.get("name") == "resume" for r in ctx.rows)
         or ctx.device.type != "cpu"
         or ctx.spec.distributed.strategy != "none"
-        or cores <= torch.get_num_threads()
+        or not core_to_spare()
         or not cheap
         or resume_causes(trainer_of(ctx))[0]  # refused: the step says why, nothing to start
     ):
