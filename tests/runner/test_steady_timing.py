@@ -108,9 +108,10 @@ def test_a_precision_reached_early_still_times_the_minimum_duration(tmp_path):
 
 
 def test_a_run_short_enough_is_timed_in_stretches_of_its_own_length(tmp_path):
-    # A 21-update campaign: the plan predicts 20 updates after the first. ±99 % is met at once;
-    # the loop still times WINDOWS stretches of 20, whose means give that short run's own spread.
-    ctx, _ = context(tmp_path, {"batch": {"updates": 21}})
+    # A 21-update campaign without a full dataset declared: the plan predicts 20 updates after the
+    # first. ±99 % is met at once; the loop still times WINDOWS stretches of 20, whose means give
+    # that short run's own spread.
+    ctx, _ = context(tmp_path, {"batch": {"updates": 21}, "plan": {"dataset_size": 0}})
     d = steady(ctx, steady_updates=4, steady_precision=0.99, steady_budget_s=30, steady_min_s=0.0)["details"]
     assert d["timing_stopped"] == "precision" and d["timing_window_updates"] == 20
     assert d["timed_updates"] >= WINDOWS * 20
@@ -132,10 +133,23 @@ def test_a_run_short_enough_is_timed_in_stretches_of_its_own_length(tmp_path):
     assert StopRule(minimum=4, precision=0.0, budget_s=10.0, window=10).reason(4, 0.1, tight) == "count"
 
 
+def test_the_stretches_timed_are_those_of_the_run_the_plan_predicts(tmp_path):
+    # The same 21-update pilot, but the campaign declares the full dataset the rental trains on:
+    # the plan predicts plan.epochs of plan.dataset_size, far too long a run for the budget to hold
+    # three stretches of it, so the loop stops at its precision and times no stretch.
+    full = {"dataset_size": 20_000, "epochs": 2}
+    ctx, _ = context(tmp_path, {"batch": {"updates": 21}, "plan": full})
+    d = steady(ctx, steady_updates=4, steady_precision=0.99, steady_budget_s=30, steady_min_s=0.0)["details"]
+    per_update = ctx.spec.batch.microbatch * ctx.spec.batch.accumulation
+    assert d["timing_window_updates"] == 2 * 20_000 // per_update - 1
+    assert d["timing_stopped"] == "precision" and d["timed_updates"] < WINDOWS * 20
+
+
 def test_a_variant_times_to_half_the_run_spread_the_control_measured(tmp_path):
     # A 21-update campaign: the control times stretches of 20 updates and measures how much a run
     # that long varies here; a memory variant timed after it needs its mean to half of that only.
-    raw = deep_merge(deep_merge(demo_raw(), FAST), {"batch": {"device": "cpu", "updates": 21}})
+    changes = {"batch": {"device": "cpu", "updates": 21}, "plan": {"dataset_size": 0}}
+    raw = deep_merge(deep_merge(demo_raw(), FAST), changes)
     raw["variants"] = [{"id": "mb1", "microbatch": 1}, {"id": "ckpt", "activation_checkpointing": True}]
     raw.pop("lr_board", None)
     path = tmp_path / "campaign.toml"

@@ -11,6 +11,7 @@ import torch
 
 from ....analysis import rank_data
 from ....analysis.loss_trend import loss_trend
+from ....analysis.plan.package import full_run_updates
 from ....analysis.step_time import mean_interval
 from ....core.verdict import WARN
 from ...checks import finiteness
@@ -18,7 +19,7 @@ from ...checks.numerics import describe, run_ab
 from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ...distributed import state as dist_state
 from ...loop import objective_gate
-from ...loop.training import TrainState, UpdateStats, train_update
+from ...loop.training import TrainConfig, TrainState, UpdateStats, train_update
 from ...memory.probes import device_reserve, forget_peaks, host_rss_mb, synchronize, tensor_mb
 from ...processes import template
 from ...timing.speed_reference import reference_s
@@ -295,6 +296,22 @@ def loop_own_details(step_s: float, wait_s: float, model_s: float) -> dict[str, 
     }
 
 
+def planned_updates(ctx: RunContext, config: TrainConfig) -> int:
+    """The updates of the run the plan projects for this configuration (`analysis/plan/package`):
+    `plan.dataset_size` × `plan.epochs` where the campaign declares the full dataset, else the
+    pilot's own declared budget. Steady times stretches of that run's length only where several
+    fit in its budget: a rental's run is far longer, and its mean varies by no more than it is known to."""
+    updates, _, _ = full_run_updates(
+        ctx.spec,
+        len(ctx.splits["train"]),
+        config.effective_batch,
+        config.microbatch,
+        config.accumulation,
+        max(1, config.replicas),
+    )
+    return updates
+
+
 def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     variant = run.step.variant
     state = ctx.state(variant, ctx.config(variant, run.overrides))
@@ -307,10 +324,10 @@ def steady(ctx: RunContext, run: PhaseRun) -> Outcome:
     # cache emptied there (and lazy kernel loading on CUDA); the timed ones are the steady ones.
     warmup = _update(ctx, run, state)
     p, ov = ctx.spec.phases, run.overrides
-    # The run the plan will predict: the campaign's updates after the first (StopRule's window).
-    # Only the control times stretches of it: how a run that long drifts is the machine's, and the
-    # plan lends it to the variants, which stop at their precision (seconds each, not the budget).
-    window = state.config.total_updates - 1 if variant == "control" else 0
+    # The run the plan will predict, after its first update (StopRule's window). Only the control
+    # times stretches of it: how a run that long drifts is the machine's, and the plan lends it to
+    # the variants, which stop at their precision (seconds each, not the budget).
+    window = planned_updates(ctx, state.config) - 1 if variant == "control" else 0
     declared = stop_rule(p, ov, ctx.spec.limit_for("steady").time_s, window)
     rule = declared if variant == "control" else lent_precision(declared, ov, ctx.memo)
     taken = state.step  # updates already taken: a failure is named by the campaign's update number
