@@ -13,7 +13,8 @@ hub) and the same arguments:
    --headless`, wall time of the run, with the per-phase breakdown read from its record.
 
 Prints both times, the ratio piloted / plain (target ≤ 1.5), and where the pilot's time went
-(each phase's seconds, the fresh processes and how they started, the estimate's fork). The machine's load average is
+(each phase's seconds, the fresh processes and how they started, the work done in forks beside
+other steps: the estimate, the LR board's runs in pairs). The machine's load average is
 printed with each round: other work on the machine moves both sides.
 """
 
@@ -151,8 +152,10 @@ def breakdown(record: dict) -> list[str]:
         how = f" ({start.split(' (')[0]})" if start else ""
         if d.get("resume_process_ahead"):  # process C ran the script beside the LR board
             how = f" ({start.split(' (')[0]}, started ahead beside the LR board)"
-        if d.get("fork_s") is not None:  # the estimate computed in a fork beside the data checks
-            how = f" (waited here; {d['fork_s']:.2f} s in a fork beside {' · '.join(d.get('beside', []))})"
+        if d.get("fork_s") is not None:  # the estimate beside the data checks, an LR run beside another
+            beside = d.get("beside") or []
+            beside = beside if isinstance(beside, str) else " · ".join(beside)
+            how = f" (waited here; {d['fork_s']:.2f} s in a fork beside {beside})"
         out.append(f"  {r['step']:<24} {float(r.get('duration_s') or 0):7.2f} s {r['verdict']}{how}")
     total = sum(float(r.get("duration_s") or 0) for r in rows)
     out.append(f"  {'sum of rows':<24} {total:7.2f} s")

@@ -57,7 +57,7 @@ class Dimension:
     alike: tuple[frozenset[Any], ...] = ()
     # A `[[variants]]` entry may set it (False: another part of the campaign varies it).
     variant: bool = True
-    # An LR run may take it as an override (lr_run.plan_run checks the board stays comparable).
+    # An LR run may take it as an override (lr_run_row.plan_run checks the board stays comparable).
     lr_run: bool = False
 
     @property

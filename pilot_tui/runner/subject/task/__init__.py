@@ -28,6 +28,8 @@ from . import artifacts, board, data_gates, eval_longest, final, fit, numerics, 
 class TaskTraining(Training):
     """The pilot's own loop: the campaign's task, trained by `runner/loop/` under the spec."""
 
+    board_runs_beside = True
+
     def inspection(self, ctx: RunContext, run: PhaseRun, show: int) -> InspectionInput:
         return data_gates.inspection(ctx, run, show)
 

@@ -1,6 +1,6 @@
 """One LR run of the board on the pilot's own loop: a fresh state from the campaign's
 configuration with the run's LR and seed, the validation split in fixed batches, and the final
-predictions on the replay inputs (`phases/lr_run.py` plans the run and closes its row)."""
+predictions on the replay inputs (`phases/lr_run_row.py` plans the run and closes its row)."""
 
 from __future__ import annotations
 

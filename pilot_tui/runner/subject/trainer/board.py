@@ -3,7 +3,7 @@ trainer's own `train()` for the declared budget, its own `evaluate()` every `val
 
 Every run starts where every other starts: the captured weights, a fresh optimizer and schedule,
 the seed set before its data order is drawn; only the LR (and the seed named by the run) differ.
-`phases/lr_run.py` plans the run and opens and closes its `[[runs]]` row, as for the pilot's loop.
+`phases/lr_run_row.py` plans the run and opens and closes its `[[runs]]` row, as for the pilot's loop.
 """
 
 from __future__ import annotations
