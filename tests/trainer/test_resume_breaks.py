@@ -36,19 +36,22 @@ SCRIPT = """
 """
 
 
-# With an LR board, process C starts ahead: it runs the script beside the board's run, then waits
-# for run A's checkpoint (runner/subject/trainer/resume_gate.py). Both ways must catch the break.
+# Process C may start ahead: beside the LR board's run, or beside the estimate while its step
+# waits for the fork computing it (a data check starts that fork). It runs the script there, then
+# waits for run A's checkpoint (runner/subject/trainer/resume_gate.py). Every way must catch the break.
 BOARD = {"control": 1e-3, "variants": [], "seeds": [0], "updates": 2, "validate_every": 2}
+BESIDE = {"": [], "lr_run": ["lr_run"], "estimate": ["inspect", "estimate"]}
+WAYS = pytest.mark.parametrize("ahead", ["", "lr_run", "estimate"], ids=["in-turn", "lr-board", "estimate"])
 
 
-def _run(tiny, tmp_path, share: float, ahead: bool = False):
+def _run(tiny, tmp_path, share: float, ahead: str = ""):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT.format(share=share)))
-    keep = ["stack", "resume", *(["lr_run"] if ahead else [])]
+    keep = ["stack", "resume", *BESIDE[ahead]]
     from pilot_tui.core import phase_table
 
     skip = [p for p in phase_table.names() if p not in keep]
-    board = {"lr_board": BOARD} if ahead else {}
+    board = {"lr_board": BOARD} if ahead == "lr_run" else {}
     run = run_in_process(
         tmp_path,
         str(script),
@@ -58,11 +61,11 @@ def _run(tiny, tmp_path, share: float, ahead: bool = False):
         **board,
     )
     said = run.row("resume")["details"].get("resume_process_ahead", "")
-    assert said.startswith("started before run A, beside lr_run@") == ahead, said
+    assert said.startswith(f"started before run A, beside {ahead}") == bool(ahead), said
     return run
 
 
-@pytest.mark.parametrize("ahead", [False, True], ids=["in-turn", "started-ahead"])
+@WAYS
 def test_a_collator_drawing_from_the_rng_breaks_the_resume(tiny, tmp_path, ahead):
     run = _run(tiny, tmp_path, 0.3, ahead)
     assert run.rc == 1, run.out
@@ -75,7 +78,7 @@ def test_a_collator_drawing_from_the_rng_breaks_the_resume(tiny, tmp_path, ahead
     assert not first["loss_same"] and first["loss_a"] != first["loss_c"]
 
 
-@pytest.mark.parametrize("ahead", [False, True], ids=["in-turn", "started-ahead"])
+@WAYS
 def test_its_twin_without_randomness_resumes_bitwise(tiny, tmp_path, ahead):
     run = _run(tiny, tmp_path, 0.0, ahead)  # torch.rand still drawn, nothing dropped: the same bits
     row = run.row("resume")

@@ -127,6 +127,12 @@ def _fork(ctx: RunContext) -> Background:
     return Background(ForkedCall(in_the_fork), target, tuple(configs))
 
 
+def estimate_forked(ctx: RunContext) -> bool:
+    """The estimate is computing in a fork still: its step will wait for it."""
+    found: Background | None = ctx.memo.get(BACKGROUND_KEY)
+    return found is not None and found.call.running
+
+
 @before_step
 def estimate_beside_the_data_checks(ctx: RunContext, step: Step) -> None:
     """Start the estimate in a fork when the data checks start; before any other step (timed

@@ -6,9 +6,11 @@ from __future__ import annotations
 from ...core.steps import Step
 from ..context import RunContext
 from .base import Outcome, PhaseRun, before_step, phase
+from .estimate import estimate_forked
 
 # Steps the resume's new process may prepare beside (a captured trainer's script run up to its
-# train()): the LR board's runs, which are never timed.
+# train()): the LR board's runs, which are never timed; and the estimate while it waits for its
+# fork (the runner's own core is idle then, and the estimate's figures are no timings).
 AHEAD_BESIDE = frozenset({"lr_run"})
 
 
@@ -16,7 +18,7 @@ AHEAD_BESIDE = frozenset({"lr_run"})
 def resume_process_ahead(ctx: RunContext, step: Step) -> None:
     if ctx.training is None or step.phase == "resume":
         return
-    if step.phase in AHEAD_BESIDE:
+    if step.phase in AHEAD_BESIDE or (step.phase == "estimate" and estimate_forked(ctx)):
         ctx.training.resume_ahead(ctx, step)
     else:
         ctx.training.resume_settled(ctx, step)
