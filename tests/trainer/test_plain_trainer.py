@@ -50,11 +50,14 @@ def test_resume_is_bitwise_in_a_new_process(plain):
     for s in d["steps"]:
         assert s["loss_same"] and s["grad_norm_same"] and s["learning_rate_same"] and s["digest_same"]
         assert s["loss_a"] == s["loss_c"] and s["loss_a"].startswith("0x")
-    # Process C ran the script again up to its train(): the row says so, with its time.
+    # Process C ran the script again up to its train(), in turn or started ahead beside untimed
+    # steps (the estimate's wait for its fork, here): the row says so, with its time.
     again = d["resume_capture_s"]
     assert 0 < again < d["resume_process_s"]
+    ahead = d["resume_process_ahead"]
+    where = f" ahead, beside {ahead.split('beside ')[1].split(':')[0]}" if ahead else ""
     assert (
-        f"in a new process (the script ran again up to its train() there: {again:.1f} s)"
+        f"in a new process (the script ran again up to its train() there{where}: {again:.1f} s)"
         in plain.row("resume")["reason"]
     )
 

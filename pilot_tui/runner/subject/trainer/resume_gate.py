@@ -239,7 +239,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     # Taken once run A saved: a run A that failed leaves it waiting for the step's next try.
     ahead = _taken_ahead(ctx, argv)
     if ahead is not None:
-        # Process C ran the script up to its train() beside the LR board: only the path goes to it.
+        # Process C ran the script up to its train() beside untimed steps: only the path goes to it.
         write_text_atomic(ahead.ready, str(checkpoint))
         worker = ahead.worker
     else:
@@ -296,7 +296,7 @@ def resume(ctx: RunContext, run: PhaseRun) -> Outcome:
     note = f" (warn: {'; '.join(causes)})" if causes else ""
     note += " (on one process)" if "one_process" in details else ""
     again = result.get("capture_s")
-    when = " ahead, beside the LR board" if ahead is not None else ""
+    when = f" ahead, beside {' · '.join(ahead.beside)}" if ahead is not None else ""
     rerun = (
         f" (the script ran again up to its train() there{when}: {again:.1f} s)" if again is not None else ""
     )
