@@ -1,6 +1,7 @@
-"""Two runs of the LR board at once on a small CPU runner (`runner/phases/lr_run_beside.py`): the
-run trained in a fork beside its neighbour is the run the runner trains in place, bit for bit;
-a run asked otherwise is trained in place; any other step stops a fork still training."""
+"""The LR board's runs in forks of a small CPU runner (`runner/phases/lr_run_beside.py`): a run
+trained in a fork beside its neighbour, or beside the estimate's wait for its own fork, is the run
+the runner trains in place, bit for bit; a run asked otherwise is trained in place; any other step
+waits for a fork still training."""
 
 from __future__ import annotations
 
@@ -37,11 +38,15 @@ BOARD = {
 
 
 @pytest.fixture
-def one_thread():
-    """The runner's thread count on a 2-core machine (one core left for the view)."""
+def one_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The runner's thread count on a 2-core machine (one core left for the view), and a
+    temporary folder of this test's own, where the forks stage their runs' files."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setattr(lr_run_beside.tempfile, "tempdir", str(staging))
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    yield staging
     torch.set_num_threads(before)
 
 
@@ -52,13 +57,17 @@ def _campaign(folder: Path) -> Path:
     return path
 
 
-def _board(folder: Path, asked: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict]:
-    """Every LR run of the board in campaign order in one session, in process (`asked`: a run's
-    overrides)."""
+def _board(
+    folder: Path, asked: dict[str, dict[str, Any]] | None = None, before: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], dict]:
+    """The steps `before`, then every LR run of the board in campaign order, in one session in
+    process (`asked`: a run's overrides)."""
     session = Session(_campaign(folder), records_dir=folder / "records", link=InProcessLink())
     session.start()
     events: dict[str, list] = {}
     try:
+        for key in before:
+            events[key] = list(session.run_step(key))
         for step in session.steps:
             if step.phase == "lr_run":
                 events[step.key] = list(session.run_step(step.key, (asked or {}).get(step.key)))
@@ -80,7 +89,7 @@ def _measured(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_run_trained_beside_its_neighbour_is_the_run_trained_in_place(
-    tmp_path: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, one_thread: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     paired, events = _board(tmp_path / "pairs")
     forked = [k for k, ev in events.items() if "trained" in _row(ev)["details"]]
@@ -93,20 +102,29 @@ def test_a_run_trained_beside_its_neighbour_is_the_run_trained_in_place(
     assert [e.update for e in live if e.validation is not None] == [6, 12, 18, 24]
     assert live[-1].status == "completed"
 
+    # The estimate's wait for its fork (a data check started it): the board's first run trains
+    # in a fork beside it, the next step (the board's, here) waits for it.
+    early, events_early = _board(tmp_path / "early", before=("inspect", "estimate"))
+    said = {k: _row(ev)["details"].get("beside") for k, ev in events_early.items()}
+    assert "in a fork" in _row(events_early["estimate"])["details"]["computed"]
+    assert said["lr_run@lr1e-4-s0"] == "estimate", said
+    assert said["lr_run@lr1e1-s0"] == "lr_run@lr3e-3-s0", said
+
     monkeypatch.setattr(TaskTraining, "board_runs_beside", False)
     alone, events_alone = _board(tmp_path / "alone")
     assert not any("trained" in _row(ev)["details"] for ev in events_alone.values())
 
     runs = {r["id"]: _measured(r) for r in paired["runs"]}
     assert runs == {r["id"]: _measured(r) for r in alone["runs"]}
+    assert runs == {r["id"]: _measured(r) for r in early["runs"]}
     assert {r["status"] for r in paired["runs"]} == {"completed", "diverged"}
     # The forked run's predictions sit in the records' folder like the others, nothing staged left.
     (run,) = [r for r in paired["runs"] if r["id"] == "lr3e-3-s0-1"]
     assert Path(run["predictions"]["path"]).parent == next((tmp_path / "pairs" / "records").glob("*/runs"))
-    assert not list(Path(lr_run_beside.tempfile.gettempdir()).glob("pilot-lr-beside-*"))
+    assert not list(one_thread.glob("pilot-lr-beside-*"))  # nothing staged left
 
 
-def test_a_run_asked_with_other_overrides_is_trained_in_place(tmp_path: Path, one_thread: None) -> None:
+def test_a_run_asked_with_other_overrides_is_trained_in_place(tmp_path: Path, one_thread: Path) -> None:
     # The fork beside the first run trained the second as declared; the session asks it with
     # another split of the same effective batch: that run is trained here, the fork's dropped.
     other = {"microbatch": 1, "accumulation": 4}
@@ -114,10 +132,10 @@ def test_a_run_asked_with_other_overrides_is_trained_in_place(tmp_path: Path, on
     assert [("trained" in _row(ev)["details"]) for ev in events.values()] == [False, False, False]
     (run,) = [r for r in data["runs"] if r["id"] == "lr3e-3-s0-1"]
     assert (run["microbatch"], run["accumulation"]) == (1, 4)
-    assert not list(Path(lr_run_beside.tempfile.gettempdir()).glob("pilot-lr-beside-*"))
+    assert not list(one_thread.glob("pilot-lr-beside-*"))  # nothing staged left
 
 
-def test_any_other_step_stops_a_fork_still_training(fast_demo_ctx: Any, one_thread: None) -> None:
+def test_any_other_step_waits_for_a_fork_still_training(fast_demo_ctx: Any, one_thread: Path) -> None:
     ctx = fast_demo_ctx
     ctx.training = TaskTraining()
     steps = {s.key: s for s in campaign_steps(ctx.spec)}
@@ -127,7 +145,17 @@ def test_any_other_step_stops_a_fork_still_training(fast_demo_ctx: Any, one_thre
     twins = ctx.memo[lr_run_beside.TWINS_KEY]
     (twin,) = twins.values()
     assert twin.call.running and twin.plan.run_id.startswith(steps[board[1]].variant)
-    lr_run_beside.lr_runs_in_pairs(ctx, steps["steady"])
-    assert not twin.call.running and not twins and not twin.staging.exists()
-    # The run the fork would have trained keeps its id for the step that trains it.
+    assert twin.staging.parent == one_thread  # where the other tests look for what is left
+    # The run the fork trains keeps its id for the step that takes it.
     assert not ctx.memo.get("lr_run_ids")
+    lr_run_beside.lr_runs_in_pairs(ctx, steps["steady"])
+    assert not twin.call.running and twin.call.wait()["events"]  # ended, its run kept for its step
+    # A cancel while a step waits stops the fork instead: the run is trained in place if asked.
+    lr_run_beside.lr_runs_in_pairs(ctx, steps[board[0]])
+    (late,) = [t for t in twins.values() if t is not twin]
+    ctx.cancel.set()
+    try:
+        lr_run_beside.lr_runs_in_pairs(ctx, steps["steady"])
+    finally:
+        ctx.cancel.clear()
+    assert not late.call.running and late not in twins.values() and not late.staging.exists()

@@ -1,16 +1,15 @@
-"""The LR board two runs at a time on a small CPU runner: while the runner trains one run of the
-board, the next one trains in a fork of it on the core its single torch thread leaves idle
-(`processes/forked_call.py`), and the session's step for that run takes what the fork trained.
+"""The LR board's runs in forks of a small CPU runner: while the runner trains one run of the
+board, or waits idle for the estimate's fork (`phases/estimate.py`), the next run of the board
+trains in a fork of the runner on the core left idle (`processes/forked_call.py`), and the
+session's step for that run takes what the fork trained.
 
 Why the fork's run is the run the runner would have trained: every run of the board is built
 fresh from the campaign's configuration with only its LR and seed changed (`subject/task/board.py`:
 `ctx.new_state`, seeded from the run's seed), never from a state another phase left; the fork is
-taken before the neighbour's step starts, from a runner whose global state the phase fence put
-back after every step; and it trains at the runner's own thread count, one, so every reduction
-runs in the same order (a test compares the losses bit for bit with the run trained in place).
-Which runs may pair: any two of the board, but only while nothing else runs — any other step
-stops a fork still training (its run is trained in place if the session asks for it), so the
-timed phases still run alone.
+taken from a runner whose global state the phase fence put back after every step; and it trains
+at the runner's own thread count, one, so every reduction runs in the same order (a test compares
+the runs bit for bit with those trained in place). Forks train only beside untimed work: any other
+step waits for a fork still training to end first, so the timed phases still run alone.
 
 What the fork sends back is what the run would have sent: its live curve, its `[[runs]]` row, its
 predictions artifact (staged outside the records until the run is taken). Each is sent when the
@@ -34,12 +33,13 @@ from typing import Any
 import psutil
 import torch
 
-from ...core.events import RecordUpdate, RunUpdate, WireMessage, json_restored, json_safe
+from ...core.events import PhaseProgress, RecordUpdate, RunUpdate, WireMessage, json_restored, json_safe
 from ...core.steps import Step, campaign_steps
 from ..context import SAY_AFTER_S, RunContext
 from ..machine.host import available_cores
 from ..processes.forked_call import ForkedCall, ForkedCallFailed, fork_is_safe
 from .base import PhaseRun, before_step
+from .estimate import estimate_forked
 from .lr_run_row import LiveRun, RunPlan, finish_run, plan_run, run_row
 
 TWINS_KEY = "lr_run.beside"
@@ -126,13 +126,14 @@ def _fork(ctx: RunContext, step: Step, beside: str) -> Twin | None:
 
 @before_step
 def lr_runs_in_pairs(ctx: RunContext, step: Step) -> None:
-    """At an LR run the runner trains itself, the next run of the board starts in a fork beside
-    it; before any other step, a fork still training is stopped."""
+    """Where the runner's own core trains or idles untimed — an LR run it trains itself, the
+    estimate waiting for its fork — the next run of the board starts in a fork; before any other
+    step, a fork still training ends first (timed phases run alone)."""
     twins: dict[str, Twin] = ctx.memo.setdefault(TWINS_KEY, {})
-    if step.phase != "lr_run":
+    beside = step.phase == "lr_run" or (step.phase == "estimate" and estimate_forked(ctx))
+    if not beside:
         for key, twin in list(twins.items()):
-            if twin.call.running:
-                twin.discard()
+            if twin.call.running and not _waited(ctx, step, twin):
                 del twins[key]
         return
     if step.key in twins or any(t.call.running for t in twins.values()) or not may_fork(ctx):
@@ -142,6 +143,24 @@ def lr_runs_in_pairs(ctx: RunContext, step: Step) -> None:
         twin = _fork(ctx, following, step.key)
         if twin is not None:
             twins[following.key] = twin
+
+
+def _waited(ctx: RunContext, step: Step, twin: Twin) -> bool:
+    """Wait for a fork still training before `step`; False where a cancel stopped it instead."""
+
+    def tick(waited: float) -> None:
+        if ctx.cancel.is_set():
+            raise TimeoutError  # the run is trained in place if the session asks for it
+        if waited >= SAY_AFTER_S:
+            message = f"waiting for {twin.plan.run_id}, training in a fork, to end before this step ({waited:.0f} s)"
+            ctx.emit(PhaseProgress(step=step.key, done=0, total=1, message=message))
+
+    try:
+        twin.call.wait(tick)
+    except (ForkedCallFailed, TimeoutError):  # a failed run is trained again in place, in its step
+        twin.discard()
+        return False
+    return True
 
 
 def _replayed(event: dict[str, Any], staged: Path, final: Path) -> WireMessage:
