@@ -6,6 +6,7 @@ waits for a fork still training."""
 from __future__ import annotations
 
 import json
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,11 @@ import tomli_w
 import torch
 from conftest import FAST, deep_merge, demo_raw
 
-from pilot_tui.core.events import PhaseFinished, RunUpdate
+from pilot_tui.core.events import PhaseFinished, RecordUpdate, RunUpdate
 from pilot_tui.core.steps import campaign_steps
 from pilot_tui.runner.in_process import InProcessLink
 from pilot_tui.runner.machine.host import available_cores
-from pilot_tui.runner.phases import lr_run_beside
+from pilot_tui.runner.phases import execute, lr_run_beside
 from pilot_tui.runner.subject.task import TaskTraining
 from pilot_tui.session.driver import Session
 
@@ -159,3 +160,28 @@ def test_any_other_step_waits_for_a_fork_still_training(fast_demo_ctx: Any, one_
     finally:
         ctx.cancel.clear()
     assert not late.call.running and late not in twins.values() and not late.staging.exists()
+
+
+def test_a_cancel_while_a_step_waits_for_its_fork_keeps_the_runs_row(
+    fast_demo_ctx: Any, one_thread: Path
+) -> None:
+    ctx = fast_demo_ctx
+    ctx.training = TaskTraining()
+    ctx.memo.pop(lr_run_beside.TWINS_KEY, None)
+    steps = {s.key: s for s in campaign_steps(ctx.spec)}
+    first, second = [k for k in steps if k.startswith("lr_run@")][:2]
+    lr_run_beside.lr_runs_in_pairs(ctx, steps[first])
+    twin = ctx.memo[lr_run_beside.TWINS_KEY][second]
+    sent: list = []
+    emit, ctx.emit = ctx.emit, sent.append
+    cancel = threading.Timer(0.05, ctx.cancel.set)  # after the step began (it clears the flag)
+    cancel.start()
+    try:
+        row = execute(ctx, steps[second], {"attempt": 1, "retry_of": ""})
+    finally:
+        cancel.cancel()
+        ctx.emit = emit
+        ctx.cancel.clear()
+    assert row["verdict"] == "fail" and not twin.call.running
+    (kept,) = [m.value for m in sent if isinstance(m, RecordUpdate) and m.section == "runs"]
+    assert kept["status"] == "cancelled" and kept["id"] == twin.plan.run_id

@@ -25,18 +25,21 @@ def lr_run(ctx: RunContext, run: PhaseRun) -> Outcome:
     plan = plan_run(ctx, run)  # a refusal ends here: fail row, no [[runs]] entry, no id used
     board = plan.board
     t0 = time.perf_counter()
-    taken = take(ctx, run, plan)  # the run trained in a fork beside the one before it, if any
+    row = run_row(ctx, run, plan)
+    live = LiveRun(ctx, plan.run_id)
+    try:
+        # The run a fork trained beside untimed work (phases/lr_run_beside.py), else trained here.
+        taken = take(ctx, run, plan)
+        if taken is None:
+            ctx.training.lr_run(ctx, run, plan, row, live)
+    except BaseException as exc:
+        # The run keeps its row whatever happened (a cancel while its fork trained too), then
+        # the phase row says why (R14).
+        finish_failed_run(ctx, row, t0, live, exc)
+        raise
     if taken is not None:
         row = taken.row
     else:
-        row = run_row(ctx, run, plan)
-        live = LiveRun(ctx, plan.run_id)
-        try:
-            ctx.training.lr_run(ctx, run, plan, row, live)
-        except BaseException as exc:
-            # The run keeps its row whatever happened, then the phase row says why (R14).
-            finish_failed_run(ctx, row, t0, live, exc)
-            raise
         finish_run(ctx, row, t0, live)
     details = {
         k: row[k]

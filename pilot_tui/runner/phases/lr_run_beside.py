@@ -26,7 +26,7 @@ import resource
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,6 @@ class Twin:
     plan: RunPlan
     beside: str
     staging: Path
-    taken: bool = field(default=False)
 
     def discard(self) -> None:
         self.call.kill()
@@ -72,8 +71,8 @@ class Taken:
 
 
 def may_fork(ctx: RunContext) -> bool:
-    """Pairs gain only on a CPU runner training on one thread with another core idle, are safe only
-    before CUDA or a process group started here, and are measured as the runner measures only where
+    """A fork gains only on a CPU runner training on one thread with another core, is safe only
+    before CUDA or a process group started here, and is measured as the runner measures only where
     no memory ceiling is declared for the phase (the fork's peak is not the runner's)."""
     if not getattr(ctx.training, "board_runs_beside", False) or ctx.device.type != "cpu":
         return False
