@@ -22,10 +22,12 @@ import pytest
 import tomli_w
 import torch
 
+from pilot_tui.core.events import PhaseFinished
 from pilot_tui.core.spec import load_spec
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.phases.base import execute
+from pilot_tui.session.driver import Session
 from pilot_tui.tasks.loader import load_task
 
 MISTAKES = Path(__file__).resolve().parent.parent / "data" / "mistakes"
@@ -661,14 +663,22 @@ def test_loader_workers_that_leak_name_the_hour_host_memory_runs_out_and_the_cle
     from pilot_tui.core.rows import PhaseRow
 
     def steady_of(leak_mb: int) -> PhaseRow:
-        ctx = context(
+        # In a runner process of its own, as a user's campaign runs: this test process carries the
+        # heap of every test before it, and the allocator handing some back to the system while
+        # the loop runs would hide the workers' growth in the sum.
+        path = campaign(
             tmp_path / f"leak{leak_mb}",
             "loader_leak",
             {"leak_mb": leak_mb},
             batch={"num_workers": 1, "updates": 1_000_000},
             phases={"steady_updates": 40, "steady_budget_s": 1.0, "steady_min_s": 0.5},
         )
-        row = run(ctx, "steady")
+        session = Session(path, records_dir=tmp_path / f"leak{leak_mb}" / "records")
+        session.start()
+        try:
+            (row,) = [e.row for e in session.run_step("steady") if isinstance(e, PhaseFinished)]
+        finally:
+            session.close()
         assert row["verdict"] != "fail", row["reason"]
         return PhaseRow.from_toml(row)
 
