@@ -150,8 +150,9 @@ def breakdown(record: dict) -> list[str]:
             or ""
         )
         how = f" ({start.split(' (')[0]})" if start else ""
-        if d.get("resume_process_ahead"):  # process C ran the script beside untimed steps
-            beside = str(d["resume_process_ahead"]).split("beside ")[-1].split(":")[0]
+        ahead = d.get("resume_process_ahead") or d.get("reload_process_ahead")
+        if ahead:  # process C, or final's reload, started beside untimed steps
+            beside = str(ahead).split("beside ")[-1].split(":")[0].split(",")[0]
             how = f" ({start.split(' (')[0]}, started ahead beside {beside})"
         if d.get("fork_s") is not None:  # the estimate beside the data checks, an LR run beside another
             beside = d.get("beside") or []

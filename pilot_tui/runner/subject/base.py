@@ -171,6 +171,15 @@ class Training(ABC):
         """Before any other step: whatever `resume_ahead` started has stopped using the CPU."""
         return
 
+    def final_ahead(self, ctx: RunContext, step: Step) -> None:
+        """Before an LR run: start `final`'s new process beside it, once the export exists.
+        Nothing here; a captured trainer starts its reload there."""
+        return
+
+    def final_settled(self, ctx: RunContext, step: Step) -> None:
+        """Before any other step: whatever `final_ahead` started has ended."""
+        return
+
     @abstractmethod
     def lr_run(self, ctx: RunContext, run: PhaseRun, plan: Any, row: dict[str, Any], live: Any) -> None:
         """One run of the LR board, filling its `[[runs]]` row as it goes (a failure keeps what was

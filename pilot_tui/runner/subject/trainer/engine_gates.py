@@ -4,26 +4,24 @@ accumulation check; steady is `steady_gate.py`), `evaluate()` on the longest row
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
-from ....core.hashing import sha256_file
 from ....core.verdict import PASS, WARN
 from ....tasks.contract import CAUSAL_LM
 from ...checks.objective_checks import ACCUMULATION_RTOL
 from ...context import Outcome, PhaseFailure, PhaseRun, RunContext, finite
 from ...distributed import state as dist_state
 from ...memory.probes import tensor_mb
-from ...processes.fresh_process import FreshProcessFailed, read_tensors, start_fresh_process
+from ...processes.fresh_process import FreshProcessFailed, read_tensors
 from . import loop, replay
 from .captured import EXPORT_MEMO, adapter_of, from_start, probe_for, trainer_of
 from .ranks import require_agreement
+from .reload_process import start_reload, taken_ahead
 
 
 def _accumulation_rows(ctx: RunContext) -> list[Any]:
@@ -288,28 +286,8 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     exported = ctx.memo.get(EXPORT_MEMO)
     if exported is None:
         raise PhaseFailure("export has not run in this runner: nothing to reload")
-    work = ctx.work_dir / "trainer-final"
-    work.mkdir(parents=True, exist_ok=True)
-    row_file = work / "row.safetensors"
-    save_file({k: v.contiguous() for k, v in exported["batch"].items()}, str(row_file))
-    stops = sorted(adapter_of(ctx).ends)
-    # The new process reads the row only through safe_load, against the hash written here.
-    row = {"path": str(row_file), "sha256": sha256_file(row_file), "size": row_file.stat().st_size}
-    request = {"batch": row, "prompts": exported["prompts"], "stops": stops}
-    (work / "inputs.json").write_text(json.dumps(request))
-    flags = ["--adapter-only"] if exported["adapter_only"] else []
-    worker = start_fresh_process(
-        "pilot_tui.runner.workers.trainer_reload",
-        [
-            "--export", str(exported["path"]),
-            *flags,
-            "--model-class", exported["model_class"],
-            "--inputs", str(work / "inputs.json"),
-            "--threads", str(torch.get_num_threads()),
-            "--out", str(work / "out"),
-        ],
-        work / "out",
-    )  # fmt: skip
+    ahead = taken_ahead(ctx, str(exported["path"]))
+    worker = ahead.worker if ahead is not None else start_reload(ctx, exported)
     run.current_input = {"export": str(exported["path"])}
     try:
         said = (run.step.key, 0, 1, "reloading the export with from_pretrained in a new process")
@@ -330,6 +308,9 @@ def final(ctx: RunContext, run: PhaseRun) -> Outcome:
     details = {
         "reload_process_s": seconds,
         "reload_process_start": result.get("process_start", ""),
+        "reload_process_ahead": (
+            f"started beside {' · '.join(ahead.beside)}, once the export existed" if ahead is not None else ""
+        ),
         "logits_max_abs_diff": diff,
         "controls": [
             {"input": t, "output": _reply(adapter_of(ctx), a)}

@@ -141,6 +141,12 @@ class Ahead:
         return (self.worker.out_dir / CAPTURED_FILE).is_file() or self.worker.proc.poll() is not None
 
 
+def capture_running(ctx: RunContext) -> bool:
+    """Process C, started ahead, is still running the script up to its `train()`."""
+    found: Ahead | None = ctx.memo.get(AHEAD_KEY)
+    return found is not None and not found.captured()
+
+
 def _c_argv(ctx: RunContext, out: Path) -> tuple[Path, list[str]]:
     k, n = ctx.spec.resume.k, ctx.spec.resume.n
     c_dir = out / "run-c"

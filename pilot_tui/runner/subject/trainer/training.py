@@ -28,6 +28,7 @@ from . import (
     fresh_variant,
     loop,
     numerics,
+    reload_process,
     resume_gate,
     steady_gate,
 )
@@ -100,6 +101,12 @@ class TrainerTraining(Training):
 
     def resume_settled(self, ctx: RunContext, step: Step) -> None:
         resume_gate.settle_ahead(ctx, step)
+
+    def final_ahead(self, ctx: RunContext, step: Step) -> None:
+        reload_process.start_ahead(ctx, step)
+
+    def final_settled(self, ctx: RunContext, step: Step) -> None:
+        reload_process.settle_ahead(ctx, step)
 
     def lr_run(self, ctx: RunContext, run: PhaseRun, plan: Any, row: dict[str, Any], live: Any) -> None:
         board.lr_run(ctx, run, plan, row, live)
