@@ -324,3 +324,17 @@ def test_the_open_says_what_the_runner_is_doing(tiny, tmp_path):
         "importing torch._dynamo (building an optimizer imports it)",
     ]
     assert set(seen) - {""} <= set(link.stages) and session.opening_stage == ""
+
+
+def test_overfit_stops_once_the_subset_is_learnt_by_either_measure(plain):
+    # The phase passes when the loss is below its target or the argmax recovers the subset: the
+    # loop reads the recovery every few steps and stops at the first read that passes. Here the
+    # argmax recovers every token (step 40) well before the loss reaches 0.05.
+    from pilot_tui.runner.subject.trainer.data_gates import RECOVERY_EVERY
+
+    row = plain.row("overfit")
+    d = row["details"]
+    assert row["verdict"] == "pass" and d["stopped"] == "recovered", d
+    assert d["recovered"] >= d["recover"] and d["loss_last"] >= d["loss_below"]
+    assert d["steps"] % RECOVERY_EVERY == 0
+    assert f"learnt in {d['steps']} steps" in row["reason"]

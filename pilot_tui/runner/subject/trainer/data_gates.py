@@ -164,6 +164,10 @@ def compare_splits(adapter: Any, check_cancel: Callable[[], None] = lambda: None
     )
 
 
+# Overfit steps between two reads of the argmax's recovery.
+RECOVERY_EVERY = 8
+
+
 def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
     """`training_step` (their compute_loss and normaliser) on a tiny subset, a plain AdamW at
     `overfit.lr` stepping it; the captured weights are put back afterwards."""
@@ -175,6 +179,7 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
     run.current_input = {"examples": m}
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr)
     losses: list[float] = []
+    stopped = "max_steps"
     try:
         for step in range(o.max_steps):
             ctx.check_cancel()
@@ -186,7 +191,15 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
             losses.append(loss)
             ctx.progress(run.step.key, step + 1, o.max_steps, loss)
             if not finite(loss) or loss < o.loss_below:
+                stopped = "loss" if finite(loss) else "non_finite"
                 break
+            # Recovery passes the phase as the loss does: read it every few steps (a forward, a
+            # third of a step), and stop once the subset is learnt by that measure.
+            if (step + 1) % RECOVERY_EVERY == 0:
+                seen = _recovered(model, trainer, batch, adapter.kind)
+                if seen is not None and seen >= o.recover:
+                    stopped = "recovered"
+                    break
         recovered = _recovered(model, trainer, batch, adapter.kind)
     finally:
         del opt
@@ -194,6 +207,9 @@ def overfit(ctx: RunContext, run: PhaseRun) -> Outcome:
     details = {
         "examples": m,
         "steps": len(losses),
+        # What ended the loop: the loss below its target, the argmax recovering the subset (read
+        # every RECOVERY_EVERY steps), a non-finite loss, or max_steps.
+        "stopped": stopped,
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "losses": losses[:: max(1, len(losses) // 50)],
