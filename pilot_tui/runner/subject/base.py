@@ -75,7 +75,7 @@ class Training(ABC):
     # Phases this training keeps in the runner's own process under [distributed], rather than on
     # the ranks (a captured trainer's resume: process C captures the script alone).
     one_process: tuple[str, ...] = ()
-    # Whether two runs of the LR board may train at once, one in a fork of the runner
+    # Whether the LR board's runs may train in forks of the runner beside untimed work
     # (`phases/lr_run_beside.py`): each run built fresh from the configuration, in this process.
     board_runs_beside = False
     # What the variant comparison says where it finds no training state of the pilot's to break
