@@ -13,8 +13,8 @@ hub) and the same arguments:
    --headless`, wall time of the run, with the per-phase breakdown read from its record.
 
 Prints both times, the ratio piloted / plain (target ≤ 1.5), and where the pilot's time went
-(each phase's seconds, the fresh processes and how they started, the work done in forks beside
-other steps: the estimate, the LR board's runs in pairs). The machine's load average is
+(each phase's seconds, the fresh processes and how they started or what they started beside, the
+work done in forks beside other steps: the estimate, the LR board's runs). The machine's load average is
 printed with each round: other work on the machine moves both sides.
 """
 
