@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,13 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from ...core.atomic import write_atomic, write_text_atomic
+from ...core.events import PhaseProgress
 from ...core.hashing import sha256_file
 from ...core.launch import module_command, torchrun_script
 from ...core.reasons import exception_line, first_line
 from ...core.spec import SpecError, load_spec
 from ...tasks.loader import TaskError, load_task
-from ..context import RunContext, pick_device
+from ..context import SAY_AFTER_S, RunContext, pick_device
 from ..distributed import state as dist_state
 from ..loop.checkpoint import detached_copies
 from ..safe_load import UnsafeLoadError, load_tensors
@@ -119,6 +120,28 @@ class FreshProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+
+
+# How often a step waiting for a process started ahead looks again.
+AHEAD_POLL_S = 0.02
+
+
+def wait_before_step(
+    ctx: RunContext, step_key: str, ended: Callable[[], bool], what: str, limit_s: float
+) -> bool:
+    """Before a step, wait for what a process started ahead still does (`ended()`): said on the
+    step's line after SAY_AFTER_S, given up on a cancel or after `limit_s`. True when it ended;
+    False otherwise, and the caller stops the process (its own step starts another)."""
+    t0 = time.monotonic()
+    while not ended():
+        waited = time.monotonic() - t0
+        if ctx.cancel.is_set() or waited > limit_s:
+            return False
+        if waited >= SAY_AFTER_S:
+            message = f"waiting for {what} before this step ({waited:.0f} s)"
+            ctx.emit(PhaseProgress(step=step_key, done=0, total=1, message=message))
+        time.sleep(AHEAD_POLL_S)
+    return True
 
 
 # What torchrun tells its ranks: a fresh process started *from* a rank must not inherit it, or it

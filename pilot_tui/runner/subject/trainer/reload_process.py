@@ -13,26 +13,23 @@ one spare core.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
-from ....core.events import PhaseProgress
 from ....core.hashing import sha256_file
 from ....core.launch import launcher
 from ....core.steps import Step
-from ...context import SAY_AFTER_S, RunContext
+from ...context import RunContext
 from ...processes import template
 from ...processes.forked_call import core_to_spare
-from ...processes.fresh_process import FreshProcess, start_fresh_process
+from ...processes.fresh_process import FreshProcess, start_fresh_process, wait_before_step
 from .captured import EXPORT_MEMO, adapter_of
 from .resume_gate import capture_running
 
 AHEAD_KEY = "trainer.final_ahead"
-POLL_S = 0.02
 
 
 @dataclass
@@ -101,17 +98,14 @@ def settle_ahead(ctx: RunContext, step: Step) -> None:
     found: ReloadAhead | None = ctx.memo.get(AHEAD_KEY)
     if found is None:
         return
-    t0 = time.monotonic()
-    while found.worker.proc.poll() is None:
-        waited = time.monotonic() - t0
-        if ctx.cancel.is_set():
-            found.worker.kill()  # `final` starts its own when it runs
-            ctx.memo.pop(AHEAD_KEY, None)
-            return
-        if waited >= SAY_AFTER_S:
-            message = f"waiting for the final check's new process to end before this step ({waited:.0f} s)"
-            ctx.emit(PhaseProgress(step=step.key, done=0, total=1, message=message))
-        time.sleep(POLL_S)
+    limit = ctx.spec.limit_for("final").time_s or 600.0  # as final's own wait for it
+
+    def ended() -> bool:
+        return found.worker.proc.poll() is not None
+
+    if not wait_before_step(ctx, step.key, ended, "the final check's new process to end", limit):
+        found.worker.kill()  # `final` starts its own when it runs
+        ctx.memo.pop(AHEAD_KEY, None)
 
 
 def taken_ahead(ctx: RunContext, export: str) -> ReloadAhead | None:

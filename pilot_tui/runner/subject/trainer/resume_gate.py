@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,13 @@ import transformers
 from packaging.version import Version
 
 from ....core.atomic import write_text_atomic
-from ....core.events import PhaseProgress
 from ....core.launch import launcher
 from ....core.steps import Step
 from ....core.verdict import PASS, WARN
-from ...context import SAY_AFTER_S, Outcome, PhaseFailure, PhaseRun, RunContext
+from ...context import Outcome, PhaseFailure, PhaseRun, RunContext
 from ...processes import template
 from ...processes.forked_call import core_to_spare
-from ...processes.fresh_process import FreshProcess, FreshProcessFailed, start_fresh_process
+from ...processes.fresh_process import FreshProcess, FreshProcessFailed, start_fresh_process, wait_before_step
 from . import loop
 from .captured import adapter_of, from_start, probe_for, trainer_of
 from .settings import RESUME_REFUSED
@@ -125,7 +123,6 @@ def hexes(row: dict[str, Any]) -> dict[str, Any]:
 AHEAD_KEY = "resume.process_c_ahead"
 # Written by process C started ahead once the script reached its train() (workers/trainer_resume.py).
 CAPTURED_FILE = "captured"
-AHEAD_POLL_S = 0.02
 
 
 @dataclass
@@ -192,20 +189,13 @@ def settle_ahead(ctx: RunContext, step: Step) -> None:
     """Before a step that is not the resume's: process C's capture (if it started ahead) ends
     first, so no timed step shares the CPU with it."""
     found: Ahead | None = ctx.memo.get(AHEAD_KEY)
-    if found is None or found.captured():
+    if found is None:
         return
-    t0 = time.monotonic()
     limit = ctx.spec.limit_for("resume").time_s or 900.0
-    while not found.captured() and not ctx.cancel.is_set():
-        waited = time.monotonic() - t0
-        if waited > limit:
-            found.worker.kill()  # the resume step starts its own
-            ctx.memo.pop(AHEAD_KEY, None)
-            return
-        if waited >= SAY_AFTER_S:
-            message = f"waiting for the resume's new process to finish running the script ({waited:.0f} s)"
-            ctx.emit(PhaseProgress(step=step.key, done=0, total=1, message=message))
-        time.sleep(AHEAD_POLL_S)
+    what = "the resume's new process to finish running the script"
+    if not wait_before_step(ctx, step.key, found.captured, what, limit):
+        found.worker.kill()  # the resume step starts its own
+        ctx.memo.pop(AHEAD_KEY, None)
 
 
 def _taken_ahead(ctx: RunContext, argv: list[str]) -> Ahead | None:
