@@ -8,7 +8,9 @@ captured model rebuilt from its config (a peft model: the base plus the captured
 exact tensor bytes (no allocator rounding: the measured side has none on a CPU). Measured: the
 trainer's own `train()` for 2 updates at the script's microbatch and accumulation, its rows
 longest first (the estimate's shapes), tracked by the same PyTorch `MemTracker` the estimate
-uses: every tensor the update creates, by category, and the peak of their sum.
+uses: every tensor the update creates, by category, and the peak of their sum. And the peak
+alone, measured by torch's profiler over 3 updates with no tracker at all: the tracker keeps some
+of a Hugging Face model's tensors alive from one update to the next, which no real run holds.
 
 Prints each figure estimated / measured. On a GPU, `scripts/gpu_check_estimate.py RECORD.toml`
 compares with the allocator's real peak instead.
@@ -81,6 +83,54 @@ def measured_peak(trainer, microbatch: int, accumulation: int, checkpointing: bo
     return out
 
 
+def profiled_peaks(trainer, microbatch: int, accumulation: int, checkpointing: bool) -> list[int]:
+    """The trainer's own 3 updates with no tracker: the most bytes live during each, measured by
+    torch's profiler (every CPU allocation and free) above the model's own weights and buffers."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    from transformers import TrainerCallback
+
+    from pilot_tui.runner.subject.trainer.loop import batch_settings, unwrapped
+
+    model = unwrapped(trainer)
+    resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    marks: list[record_function] = []
+
+    class Mark(TrainerCallback):
+        def on_step_begin(self, *args, **kwargs):
+            marks.append(record_function(f"update {len(marks)}"))
+            marks[-1].__enter__()
+
+        def on_step_end(self, *args, **kwargs):
+            marks[-1].__exit__(None, None, None)
+
+    callback = Mark()
+    trainer.add_callback(callback)
+    trainer.args.max_steps = 3
+    try:
+        with (
+            batch_settings(trainer, microbatch, accumulation, checkpointing),
+            profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+        ):
+            trainer.train()
+    finally:
+        trainer.remove_callback(callback)
+    spans = sorted(
+        (e.start_ns(), e.end_ns())
+        for e in prof.profiler.kineto_results.events()
+        if e.name().startswith("update ")
+    )
+    memory = sorted(
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+    )
+    live, peaks = 0, [0] * len(spans)
+    for at, nbytes in memory:
+        live += nbytes
+        for i, (start, end) in enumerate(spans):
+            if start <= at <= end:
+                peaks[i] = max(peaks[i], live)
+    return [resident + p for p in peaks]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--script", default="lora_two_evals.py", choices=sorted(ARGS))
@@ -127,6 +177,7 @@ def main() -> int:
             trainer.train_dataset
         )
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            profiled = profiled_peaks(trainer, micro, acc, opts.checkpointing)
             real = measured_peak(trainer, micro, acc, opts.checkpointing)
     print(
         f"{opts.script}, hidden {opts.hidden}, microbatch {micro} × accumulation {acc}, length "
@@ -137,9 +188,13 @@ def main() -> int:
     rows = [(name, est[f"{name}_bytes"], real.get(cat, 0)) for name, cat in CATEGORIES.items()]
     rows.append(("optimizer_state", est["optimizer_state_bytes"], real["optimizer_state"]))
     rows.append(("peak", est["peak_allocated_bytes"], real["Total"]))
+    rows.append(("peak (profiler)", est["peak_allocated_bytes"], max(profiled)))
     for name, e, m in rows:
         ratio = f"{e / m:.3f}" if m else "-"
         print(f"{name:18} {e:>12,} {m:>12,} {ratio:>7}")
+    print(
+        f"(the profiler's peak per update, no tracker: {', '.join(f'{p:,}' for p in profiled)} B; the most of them compared)"
+    )
     print(
         "(measured: parameters, gradients, activations as the tracker holds them at its peak; the "
         "optimizer state the trainer's optimizer holds after the updates)"

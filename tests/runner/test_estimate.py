@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from torch import nn
 
 from pilot_tui.core.steps import Step
 from pilot_tui.runner.context import RunContext
+from pilot_tui.runner.loop.training import train_update
 from pilot_tui.runner.memory.estimate import fake_run
 from pilot_tui.runner.memory.estimate.campaign import Target, estimate_model_dir, fake_config
 from pilot_tui.runner.memory.estimate.fake_run import ALLOCATOR_BLOCK, FakeConfig, ModelSource, run_fake
@@ -358,3 +360,99 @@ def test_each_configuration_says_it_is_running_before_its_fake_run(ctx: RunConte
     estimate_configs(source, configs, target, progress=lambda d, t, m: said.append((d, t, m)))
     assert said[0] == (0, 1, "control: one training update and an eval pass under fake tensors")
     assert said[-1][:2] == (1, 1) and said[-1][2].startswith("control: ")
+
+
+def profiled_peaks(update: Callable[[], None], resident: int, updates: int = 3) -> list[int]:
+    """The most bytes live during each of `updates` real updates, measured by torch's profiler
+    (every CPU allocation and free, no tracker involved) above what was `resident` before."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        for i in range(updates):
+            with record_function(f"update {i}"):
+                update()
+    events = []
+    for e in prof.profiler.kineto_results.events():
+        if e.name() == "[memory]":
+            events.append((e.start_ns(), e.nbytes()))
+        elif e.name().startswith("update "):
+            events.append((e.start_ns(), None))
+    live, peak, peaks = 0, 0, []
+    for _, nbytes in sorted(events, key=lambda e: e[0]):
+        if nbytes is None:  # an update starts: the last one's peak is known
+            peaks.append(peak)
+            peak = live
+        else:
+            live += nbytes
+            peak = max(peak, live)
+    return [resident + p for p in [*peaks[1:], peak]]
+
+
+def _resident(model: nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+
+
+@pytest.mark.parametrize("variant,accumulation", [("control", 0), ("control", 1), ("ckpt", 0)])
+def test_the_estimated_peak_is_the_runners_update_measured_by_the_profiler(
+    ctx: RunContext, variant: str, accumulation: int
+) -> None:
+    """The fake run's training peak against the runner's own `train_update` on real tensors,
+    with the optimizer CUDA runs (foreach AdamW), measured by the profiler: every update after
+    the first reaches the same peak, and the estimate is that peak (within the few scalars a
+    step keeps), not more: no logits held through a backward the runner frees them before."""
+    cfg = exact(fake_config(ctx, variant, Target()))
+    if accumulation:
+        cfg = replace(cfg, accumulation=accumulation)
+    state = ctx.new_state(replace(ctx.config(variant), accumulation=cfg.accumulation))
+    state.optimizer = torch.optim.AdamW(
+        list(state.model.parameters()), lr=1e-4, weight_decay=0.01, foreach=True
+    )
+    batch = task_source(ctx).batch(cfg.microbatch, cfg.max_length, True)
+
+    def update() -> None:
+        host = [dict(batch) for _ in range(cfg.accumulation)]
+        train_update(state, ctx.task, torch.device("cpu"), cfg.grad_clip, micro=[[0]] * len(host), host=host)
+
+    peaks = profiled_peaks(update, _resident(state.model))
+    assert peaks[1] == peaks[2] > 0
+    estimated = run_fake(task_source(ctx), cfg)["peak_allocated_bytes"]
+    assert peaks[2] <= estimated <= peaks[2] * 1.002, (estimated, peaks)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_hugging_face_lora_estimate_is_its_update_measured_by_the_profiler(
+    tmp_path: Path, checkpointing: bool
+) -> None:
+    """The same on a Hugging Face Llama with LoRA, with and without its gradient checkpointing:
+    PyTorch's tracker keeps some of this model's tensors alive from one tracked update to the
+    next (the profiler sees none), so the estimate tracks a single forward and backward."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    from pilot_tui.runner.checks import objective
+    from pilot_tui.runner.memory.estimate.sources import hf_source
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    source = hf_source(tmp_path, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
+    cfg = FakeConfig("control", 2, 2, 32, "fp32", checkpointing, allocator_rounding=False)
+    model = source.build()
+    assert source.set_checkpointing is not None
+    source.set_checkpointing(model, checkpointing)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4, foreach=True)
+    batch = source.batch(cfg.microbatch, cfg.max_length, True)
+    denom = objective.supervised_count(source.task, batch) * cfg.accumulation
+
+    def update() -> None:  # the runner's update: no name left on the logits during backward
+        optimizer.zero_grad(set_to_none=True)
+        for _ in range(cfg.accumulation):
+            part = objective.loss_sum(source.task, objective.forward(source.task, model, batch), batch)
+            (part / denom).backward()
+            del part
+        torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip)
+        optimizer.step()
+
+    model.train()
+    peaks = profiled_peaks(update, _resident(model))
+    assert peaks[1] == peaks[2] > 0
+    estimated = run_fake(source, cfg)["peak_allocated_bytes"]
+    assert peaks[2] <= estimated <= peaks[2] * 1.02, (estimated, peaks)

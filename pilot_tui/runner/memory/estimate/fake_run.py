@@ -3,11 +3,11 @@
 Nothing is allocated: under `FakeTensorMode` every tensor carries its shape, dtype and device but
 no data, and `MemTracker` (or `FSDPMemTracker` over a fake process group of N ranks) counts the
 bytes each one would hold, by category, and the peak of their sum. What runs is the runner's own
-update: the task's forward and loss, autocast for the precision, `accumulation` microbatches (two
-at most: the second one meets the first one's gradients), gradient clipping and AdamW — twice, so
-the second update runs with the optimizer state already resident, as every later update does
-(the first, which only creates that state, runs one microbatch). The optimizer is the
-configuration's own, built by runner/loop/optimizers.py as the training state builds it.
+update: the task's forward and loss, autocast for the precision, gradient clipping and the
+optimizer, as every update after the first runs it: the optimizer state resident and, of several
+microbatches, one that meets the gradients already there (docs/estimate.md says why one forward
+and backward stands for them all). The optimizer is the configuration's own, built by
+runner/loop/optimizers.py as the training state builds it.
 
 The simulation runs on fake *CPU* tensors: a CPU-only torch cannot run autograd on fake CUDA
 tensors. Where the GPU differs, the run does what the GPU would: every block is rounded up to the
@@ -263,7 +263,7 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
     train_real = source.batch(cfg.microbatch, length, True)
     eval_real = source.batch(cfg.eval_microbatch or cfg.microbatch, length, False)
     # Counted on the real batch: a fake tensor has no values to count.
-    denom = max(1, objective.supervised_count(source.task, train_real) * min(cfg.accumulation, 2))
+    denom = max(1, objective.supervised_count(source.task, train_real) * cfg.accumulation)
     with contextlib.ExitStack() as stack:
         stack.enter_context(allocator_rounding(block))
         mesh = stack.enter_context(fake_process_group(cfg.gpus)) if cfg.strategy == "fsdp" else None
@@ -290,6 +290,12 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
             cfg.optimizer, trainable, lr=1e-4, weight_decay=cfg.weight_decay, foreach=cfg.strategy != "fsdp"
         )
         train = {k: fake.from_tensor(v) for k, v in train_real.items()}
+        # The first update only has to create the optimizer state: its step runs on gradients of
+        # zeros, in place of a forward and backward that allocate nothing the next update does not
+        # (it runs them with the state resident); what a step allocates does not depend on the
+        # values. Made before the tracker, which counts each one as a gradient.
+        for p in trainable:
+            p.grad = torch.zeros_like(p)
         tracker = _tracker(cfg, model, optimizer)
         if mesh is None:
             tracker.track_external(*train.values())
@@ -297,33 +303,25 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
             tracker.track_inputs(tuple(train.values()))
         figures: dict[str, int] = {}
         with tracker:
-            for update in range(2):
+            _step(cfg, optimizer, trainable)  # the first update: the state created
+            # The next update, with the state resident. Its one microbatch meets no gradients;
+            # of several, the largest is any after the first, which meets the gradients already
+            # there: the zeros stay for it (nothing in it allocates less than in the first).
+            if cfg.accumulation < 2:
                 optimizer.zero_grad(set_to_none=True)
-                model.train()
-                # The first update only has to create the optimizer state: one microbatch. The
-                # second meets it resident, and its second microbatch meets the first's gradients.
-                for micro in range(1 if update == 0 else min(cfg.accumulation, 2)):
-                    before = _snapshot(tracker, device)
-                    with autocast(device, cfg.precision):
-                        logits = objective.forward(source.task, model, train)
-                        part = objective.loss_sum(source.task, logits, train)
-                    if update == 0 and micro == 0:
-                        # What the forward keeps for backward: the logits themselves go unless saved.
-                        del logits
-                        after = _snapshot(tracker, device)
-                        figures["activations"] = _category(after, *ACTS) - _category(before, *ACTS)
-                        logits = None
-                    (part / denom).backward()
-                    del logits, part
-                    # The tracker refuses a second forward of the root module without this; its
-                    # global peak is kept (only the per-module statistics are cleared).
-                    tracker.reset_mod_stats()
-                if update == 0:
-                    figures["gradients"] = _category(_snapshot(tracker, device), *GRADS)
-                if cfg.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip)
-                with _step_scalars() if cfg.fake else contextlib.nullcontext():
-                    optimizer.step()
+            model.train()
+            before = _snapshot(tracker, device)
+            with autocast(device, cfg.precision):
+                logits = objective.forward(source.task, model, train)
+                part = objective.loss_sum(source.task, logits, train)
+            # What the forward keeps for backward: the logits themselves go unless saved.
+            del logits
+            after = _snapshot(tracker, device)
+            figures["activations"] = _category(after, *ACTS) - _category(before, *ACTS)
+            (part / denom).backward()
+            del part
+            figures["gradients"] = _category(_snapshot(tracker, device), *GRADS)
+            _step(cfg, optimizer, trainable)
             steady = _snapshot(tracker, device)
             peak = _peak(tracker, device)
         host_steps = _host_step_bytes(optimizer, block)
@@ -356,6 +354,14 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
     }
     result |= {f"{k}_bytes": v for k, v in figures.items()}
     return result
+
+
+def _step(cfg: FakeConfig, optimizer: torch.optim.Optimizer, trainable: list[nn.Parameter]) -> None:
+    """The runner's step: the gradients clipped as configured, then the optimizer's step."""
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip)
+    with _step_scalars() if cfg.fake else contextlib.nullcontext():
+        optimizer.step()
 
 
 @contextlib.contextmanager
