@@ -1,5 +1,5 @@
 """The LR board's runs in forks of a small CPU runner (`runner/phases/lr_run_beside.py`): a run
-trained in a fork beside its neighbour, or beside the estimate's wait for its own fork, is the run
+trained in a fork beside its neighbour, or beside the data checks and the estimate, is the run
 the runner trains in place, bit for bit; a run asked otherwise is trained in place; any other step
 waits for a fork still training."""
 
@@ -103,12 +103,12 @@ def test_a_run_trained_beside_its_neighbour_is_the_run_trained_in_place(
     assert [e.update for e in live if e.validation is not None] == [6, 12, 18, 24]
     assert live[-1].status == "completed"
 
-    # The estimate's wait for its fork (a data check started it): the board's first run trains
-    # in a fork beside it, the next step (the board's, here) waits for it.
+    # The data checks: the board's first run trains in a fork from the first of them on, the
+    # estimate computes here beside it (not in a fork of its own), the board's step takes it.
     early, events_early = _board(tmp_path / "early", before=("inspect", "estimate"))
     said = {k: _row(ev)["details"].get("beside") for k, ev in events_early.items()}
-    assert "in a fork" in _row(events_early["estimate"])["details"]["computed"]
-    assert said["lr_run@lr1e-4-s0"] == "estimate", said
+    assert "computed" not in _row(events_early["estimate"])["details"]  # here, not in a fork
+    assert said["lr_run@lr1e-4-s0"] == "inspect", said
     assert said["lr_run@lr1e1-s0"] == "lr_run@lr3e-3-s0", said
 
     monkeypatch.setattr(TaskTraining, "board_runs_beside", False)

@@ -33,6 +33,7 @@ from ..memory.estimate.campaign import Target, campaign_configs, estimate_config
 from ..memory.estimate.fake_run import MIB, FakeConfig, NotEstimable
 from ..processes.forked_call import ForkedCall, ForkedCallFailed, core_to_spare, fork_is_safe
 from .base import Outcome, PhaseRun, before_step, phase
+from .board_fork import DATA_CHECKS, board_beside_data_checks
 
 WORKSPACES_KEY = "estimate.library_workspaces"
 FIGURES = (
@@ -74,9 +75,8 @@ def flat_entry(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Steps that may run while the estimate computes in a fork: none is timed, and the figures their
-# rows hold are the runner's own (its RSS, its losses), which another process does not move.
-BESIDE = frozenset({"inspect", "split", "overfit"})
+# Steps that may run while the estimate computes in a fork (phases/board_fork.py says why).
+BESIDE = DATA_CHECKS
 BACKGROUND_KEY = "estimate.background"
 
 
@@ -108,8 +108,12 @@ def _compute(
 
 def _may_fork(ctx: RunContext) -> bool:
     """A fork gains only where a core is idle beside the runner's torch threads, and is safe only
-    before CUDA or a process group started here (`fork_is_safe`); the estimate must still be ahead."""
+    before CUDA or a process group started here (`fork_is_safe`); the estimate must still be ahead.
+    Where the LR board's first run takes the fork beside the data checks, the estimate computes
+    in the runner after them, beside that run (`board_fork.py`)."""
     if "estimate" in ctx.spec.phases.skip or any(r.get("name") == "estimate" for r in ctx.rows):
+        return False
+    if board_beside_data_checks(ctx):
         return False
     return ctx.device.type == "cpu" and fork_is_safe() and core_to_spare()
 

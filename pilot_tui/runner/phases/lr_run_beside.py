@@ -1,7 +1,8 @@
-"""The LR board's runs in forks of a small CPU runner: while the runner trains one run of the
-board, or waits idle for the estimate's fork (`phases/estimate.py`), the next run of the board
-trains in a fork of the runner on the core left idle (`processes/forked_call.py`), and the
-session's step for that run takes what the fork trained.
+"""The LR board's runs in forks of a small CPU runner: while the runner does untimed work — the
+data checks, the estimate (computing here, or waiting for its fork: `phases/estimate.py`), a run
+of the board it trains itself — the next run of the board trains in a fork of the runner on the
+other core (`processes/forked_call.py`, `phases/board_fork.py`), and the session's step for that
+run takes what the fork trained.
 
 Why the fork's run is the run the runner would have trained: every run of the board is built
 fresh from the campaign's configuration with only its LR and seed changed (`subject/task/board.py`:
@@ -30,19 +31,17 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import psutil
-import torch
-
 from ...core.events import PhaseProgress, RecordUpdate, RunUpdate, WireMessage, json_restored, json_safe
 from ...core.steps import Step, campaign_steps
 from ..context import SAY_AFTER_S, RunContext
-from ..machine.host import available_cores
-from ..processes.forked_call import ForkedCall, ForkedCallFailed, fork_is_safe
+from ..processes.forked_call import ForkedCall, ForkedCallFailed
 from .base import PhaseRun, before_step
-from .estimate import estimate_forked
+from .board_fork import DATA_CHECKS, board_may_fork
 from .lr_run_row import LiveRun, RunPlan, finish_run, plan_run, run_row
 
 TWINS_KEY = "lr_run.beside"
+# The steps a fork of the board may train beside: none is timed (phases/board_fork.py).
+UNTIMED = DATA_CHECKS | {"estimate", "lr_run"}
 # The overrides the session sends with a run's first attempt (`session/driver._lr_run_attempt`).
 FIRST_ATTEMPT = {"attempt": 1, "retry_of": ""}
 REPLAYED = {RunUpdate.kind: RunUpdate, RecordUpdate.kind: RecordUpdate}
@@ -68,20 +67,6 @@ class Taken:
 
     row: dict[str, Any]
     details: dict[str, Any]
-
-
-def may_fork(ctx: RunContext) -> bool:
-    """A fork gains only on a CPU runner training on one thread with another core, is safe only
-    before CUDA or a process group started here, and is measured as the runner measures only where
-    no memory ceiling is declared for the phase (the fork's peak is not the runner's)."""
-    if not getattr(ctx.training, "board_runs_beside", False) or ctx.device.type != "cpu":
-        return False
-    if not fork_is_safe() or torch.get_num_threads() != 1 or available_cores() < 2:
-        return False
-    if ctx.spec.limit_for("lr_run").memory_mb:
-        return False
-    # The fork builds one fresh state; the runner's whole resident set bounds it from above.
-    return psutil.virtual_memory().available > 2 * psutil.Process().memory_info().rss
 
 
 def next_run(ctx: RunContext, step: Step, twins: dict[str, Twin]) -> Step | None:
@@ -125,17 +110,16 @@ def _fork(ctx: RunContext, step: Step, beside: str) -> Twin | None:
 
 @before_step
 def lr_runs_in_pairs(ctx: RunContext, step: Step) -> None:
-    """Where the runner's own core trains or idles untimed — an LR run it trains itself, the
-    estimate waiting for its fork — the next run of the board starts in a fork; before any other
-    step, a fork still training ends first (timed phases run alone)."""
+    """Where the runner's own core does untimed work — the data checks, the estimate (computing
+    here or waiting for its fork), an LR run it trains itself — the next run of the board starts
+    in a fork; before any other step, a fork still training ends first (timed phases run alone)."""
     twins: dict[str, Twin] = ctx.memo.setdefault(TWINS_KEY, {})
-    beside = step.phase == "lr_run" or (step.phase == "estimate" and estimate_forked(ctx))
-    if not beside:
+    if step.phase not in UNTIMED:
         for key, twin in list(twins.items()):
             if twin.call.running and not _waited(ctx, step, twin):
                 del twins[key]
         return
-    if step.key in twins or any(t.call.running for t in twins.values()) or not may_fork(ctx):
+    if step.key in twins or any(t.call.running for t in twins.values()) or not board_may_fork(ctx):
         return
     following = next_run(ctx, step, twins)
     if following is not None:
