@@ -17,6 +17,7 @@ from pilot_tui.runner.context import RunContext
 from pilot_tui.runner.phases import execute
 from pilot_tui.runner.phases.estimate import BACKGROUND_KEY
 from pilot_tui.runner.processes.forked_call import ForkedCall, ForkedCallFailed
+from pilot_tui.runner.subject.task import TaskTraining
 
 PLANTED = {"value": "runner"}
 
@@ -90,6 +91,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def board_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The estimate takes the fork beside the data checks where the LR board trains in turn (a
+    captured trainer's); on the pilot's own loop the board's first run takes it and the estimate
+    computes in the runner (tests/runner/test_lr_run_beside.py)."""
+    monkeypatch.setattr(TaskTraining, "board_runs_beside", False)
 
 
 def _fresh(ctx: RunContext) -> RunContext:
