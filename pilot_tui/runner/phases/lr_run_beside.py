@@ -53,7 +53,7 @@ class Twin:
 
     call: ForkedCall
     plan: RunPlan
-    beside: str
+    beside: list[str]  # the untimed steps it trained beside, in order
     staging: Path
 
     def discard(self) -> None:
@@ -105,7 +105,7 @@ def _fork(ctx: RunContext, step: Step, beside: str) -> Twin | None:
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         return json_safe({"events": events, "peak_rss_mb": round(peak_mb, 1)})
 
-    return Twin(ForkedCall(in_the_fork), plan, beside, staging)
+    return Twin(ForkedCall(in_the_fork), plan, [beside], staging)
 
 
 @before_step
@@ -119,6 +119,10 @@ def lr_runs_in_pairs(ctx: RunContext, step: Step) -> None:
             if twin.call.running and not _waited(ctx, step, twin):
                 del twins[key]
         return
+    running = [t for key, t in twins.items() if t.call.running and key != step.key]
+    for twin in running:
+        if step.key not in twin.beside:
+            twin.beside.append(step.key)
     if step.key in twins or any(t.call.running for t in twins.values()) or not board_may_fork(ctx):
         return
     following = next_run(ctx, step, twins)
@@ -175,7 +179,7 @@ def take(ctx: RunContext, run: PhaseRun, plan: RunPlan) -> Taken | None:
     def tick(waited: float) -> None:
         ctx.check_cancel()
         if waited >= SAY_AFTER_S:
-            message = f"training in a fork beside {twin.beside}: waiting for it to end"
+            message = f"training in a fork beside {' · '.join(twin.beside)}: waiting for it to end"
             ctx.progress(run.step.key, 0, 1, message=message)
 
     try:
@@ -203,11 +207,11 @@ def take(ctx: RunContext, run: PhaseRun, plan: RunPlan) -> Taken | None:
     waited = time.monotonic() - t0
     details = {
         "trained": (
-            f"in a fork of the runner beside {twin.beside} (same start, same thread count): "
+            f"in a fork of the runner beside {' · '.join(twin.beside)} (same start, same thread count): "
             f"{own:.2f} s of its own, {waited:.2f} s waited here"
         ),
         "fork_s": round(own, 3),
-        "beside": twin.beside,
+        "beside": list(twin.beside),
         "fork_peak_rss_mb": result["peak_rss_mb"],
     }
     return Taken(row, details)
