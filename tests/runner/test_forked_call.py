@@ -97,7 +97,7 @@ def one_thread():
 def board_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     """The estimate takes the fork beside the data checks where the LR board trains in turn (a
     captured trainer's); on the pilot's own loop the board's first run takes it and the estimate
-    computes in the runner (tests/runner/test_lr_run_beside.py)."""
+    forks at its own step (tests/runner/test_lr_run_beside.py)."""
     monkeypatch.setattr(TaskTraining, "board_runs_beside", False)
 
 

@@ -104,10 +104,11 @@ def test_a_run_trained_beside_its_neighbour_is_the_run_trained_in_place(
     assert live[-1].status == "completed"
 
     # The data checks: the board's first run trains in a fork from the first of them on, the
-    # estimate computes here beside it (not in a fork of its own), the board's step takes it.
+    # estimate's fork starts at its own step beside it, the board's step takes the run.
     early, events_early = _board(tmp_path / "early", before=("inspect", "estimate"))
     said = {k: _row(ev)["details"].get("beside") for k, ev in events_early.items()}
-    assert "computed" not in _row(events_early["estimate"])["details"]  # here, not in a fork
+    computed = _row(events_early["estimate"])["details"]["computed"]
+    assert computed.startswith("in a fork of the runner beside no other step"), computed
     # It names every untimed step it trained beside: the estimate too, if still training then.
     # Where it ended before the estimate, the board's second run trains beside the estimate
     # instead; else the third trains beside the second, which the runner trains.

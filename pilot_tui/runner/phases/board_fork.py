@@ -5,9 +5,9 @@ On a small CPU runner the work that is never timed — the data checks (inspect,
 the estimate, the board's runs — can share the two cores, while the timed phases run alone. The
 longest of it is a board run (the demo: 1.7 s against the estimate's 0.6 s and the data checks'
 0.7 s), so where the board can fork, its first run trains in a fork from the first data check on,
-and the estimate computes in the runner after the data checks, beside that fork; where it cannot,
-the estimate computes in a fork beside the data checks instead (`phases/estimate.py`). Either way
-two processes share two cores.
+and the estimate's fork starts at its own step, beside that run, the runner waiting for it; where
+the board cannot fork, the estimate's fork starts beside the data checks (`phases/estimate.py`).
+Either way two processes share two cores.
 
 This module imports neither phase body: both read it.
 """

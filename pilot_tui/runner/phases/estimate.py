@@ -108,12 +108,8 @@ def _compute(
 
 def _may_fork(ctx: RunContext) -> bool:
     """A fork gains only where a core is idle beside the runner's torch threads, and is safe only
-    before CUDA or a process group started here (`fork_is_safe`); the estimate must still be ahead.
-    Where the LR board's first run takes the fork beside the data checks, the estimate computes
-    in the runner after them, beside that run (`board_fork.py`)."""
+    before CUDA or a process group started here (`fork_is_safe`); the estimate must still be ahead."""
     if "estimate" in ctx.spec.phases.skip or any(r.get("name") == "estimate" for r in ctx.rows):
-        return False
-    if board_beside_data_checks(ctx):
         return False
     return ctx.device.type == "cpu" and fork_is_safe() and core_to_spare()
 
@@ -140,15 +136,23 @@ def estimate_forked(ctx: RunContext) -> bool:
 @before_step
 def estimate_beside_the_data_checks(ctx: RunContext, step: Step) -> None:
     """Start the estimate in a fork when the data checks start; before any other step (timed
-    ones above all), wait for it to end."""
+    ones above all), wait for it to end. Where the LR board's first run takes the fork beside the
+    data checks (`board_fork.py`), the estimate forks at its own step instead, while the runner
+    waits: its core would compute it anyway, and the fake runs' imports and caches stay out of the
+    runner, whose resident set the later rows measure."""
     found: Background | None = ctx.memo.get(BACKGROUND_KEY)
+    board_first = board_beside_data_checks(ctx)
     if step.phase in BESIDE:
-        if found is None and _may_fork(ctx):
+        if found is None and not board_first and _may_fork(ctx):
             found = ctx.memo[BACKGROUND_KEY] = _fork(ctx)
         if found is not None and found.call.running:
             found.beside.append(step.key)
         return
-    if found is None or step.phase == "estimate" or not found.call.running:
+    if step.phase == "estimate":
+        if found is None and board_first and _may_fork(ctx):
+            ctx.memo[BACKGROUND_KEY] = _fork(ctx)
+        return
+    if found is None or not found.call.running:
         return
     limit = ctx.spec.limit_for("estimate").time_s
 
