@@ -157,7 +157,8 @@ def breakdown(record: dict) -> list[str]:
         if d.get("fork_s") is not None:  # the estimate beside the data checks, an LR run beside another
             beside = d.get("beside") or []
             beside = beside if isinstance(beside, str) else " · ".join(beside)
-            how = f" (waited here; {d['fork_s']:.2f} s in a fork beside {beside})"
+            where = f"beside {beside}" if beside else "started at this step"
+            how = f" (waited here; {d['fork_s']:.2f} s in a fork {where})"
         out.append(f"  {r['step']:<24} {float(r.get('duration_s') or 0):7.2f} s {r['verdict']}{how}")
     total = sum(float(r.get("duration_s") or 0) for r in rows)
     out.append(f"  {'sum of rows':<24} {total:7.2f} s")

@@ -108,7 +108,7 @@ def test_a_run_trained_beside_its_neighbour_is_the_run_trained_in_place(
     early, events_early = _board(tmp_path / "early", before=("inspect", "estimate"))
     said = {k: _row(ev)["details"].get("beside") for k, ev in events_early.items()}
     computed = _row(events_early["estimate"])["details"]["computed"]
-    assert computed.startswith("in a fork of the runner beside no other step"), computed
+    assert computed.startswith("in a fork of the runner started at this step"), computed
     # It names every untimed step it trained beside: the estimate too, if still training then.
     # Where it ended before the estimate, the board's second run trains beside the estimate
     # instead; else the third trains beside the second, which the runner trains.

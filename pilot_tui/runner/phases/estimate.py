@@ -179,22 +179,21 @@ def _from_background(
         found.call.kill()  # the campaign changed since the fork (a variant added, other flags)
         return None, {}
     t0 = time.monotonic()
-    beside = " · ".join(found.beside) or "no other step"
+    # Started at this step (beside the board's first run in its own fork): the runner waits.
+    where = f"beside {' · '.join(found.beside)}" if found.beside else "started at this step"
 
     def tick(waited: float) -> None:
         ctx.check_cancel()
-        ctx.progress(run.step.key, 0, 1, message=f"waiting for the fork that estimates beside {beside}")
+        ctx.progress(run.step.key, 0, 1, message=f"waiting for the fork that estimates ({where})")
 
     try:
         result = found.call.wait(tick)
     except ForkedCallFailed as exc:
-        return None, {"computed": f"here: the fork started beside {beside} failed ({exc})"}
+        return None, {"computed": f"here: the fork {where} failed ({exc})"}
     own = found.call.seconds or 0.0
     waited = time.monotonic() - t0
     how = {
-        "computed": (
-            f"in a fork of the runner beside {beside}: {own:.2f} s of its own, {waited:.2f} s waited here"
-        ),
+        "computed": f"in a fork of the runner {where}: {own:.2f} s of its own, {waited:.2f} s waited here",
         "fork_s": round(own, 3),
         "beside": list(found.beside),
     }
