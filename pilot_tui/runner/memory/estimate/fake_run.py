@@ -237,7 +237,10 @@ def run_fake(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     heap = _OwnGarbage()
     try:
-        out = _run(source, cfg)
+        try:
+            out = _run(source, cfg)
+        except _Unreached as exc:  # rare: once more, as a first update would leave them
+            out = _run(source, cfg, reached=exc.reached)
     except NotEstimable as exc:
         out = {"estimable": False, "op": exc.op, "reason": exc.reason}
     except Exception as exc:  # an op without a fake kernel, a data-dependent branch, user code
@@ -254,7 +257,19 @@ def run_fake(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
     return out
 
 
-def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
+class _Unreached(Exception):
+    """The measured backward left some trainable parameters without a gradient: `reached` are
+    the indices (in `model.parameters()` order among the trainable) of those it reached."""
+
+    def __init__(self, reached: frozenset[int]) -> None:
+        super().__init__(f"{len(reached)} trainable parameters reached")
+        self.reached = reached
+
+
+def _run(source: ModelSource, cfg: FakeConfig, reached: frozenset[int] | None = None) -> dict[str, Any]:
+    """One configuration's figures. `reached`: the trainable parameters the loss reaches, where
+    a first run found some it does not (only those get a gradient of zeros, so only those get
+    optimizer state, as in a run: a step skips a parameter without a gradient)."""
     if cfg.strategy not in STRATEGIES:
         raise NotEstimable("strategy", f"unknown strategy {cfg.strategy!r} (one of {', '.join(STRATEGIES)})")
     block = ALLOCATOR_BLOCK if cfg.allocator_rounding else 0
@@ -294,8 +309,9 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
         # zeros, in place of a forward and backward that allocate nothing the next update does not
         # (it runs them with the state resident); what a step allocates does not depend on the
         # values. Made before the tracker, which counts each one as a gradient.
-        for p in trainable:
-            p.grad = torch.zeros_like(p)
+        for i, p in enumerate(trainable):
+            if reached is None or i in reached:
+                p.grad = torch.zeros_like(p)
         tracker = _tracker(cfg, model, optimizer)
         if mesh is None:
             tracker.track_external(*train.values())
@@ -318,8 +334,17 @@ def _run(source: ModelSource, cfg: FakeConfig) -> dict[str, Any]:
             del logits
             after = _snapshot(tracker, device)
             figures["activations"] = _category(after, *ACTS) - _category(before, *ACTS)
+            got: set[int] = set()
+            hooks = [
+                p.register_post_accumulate_grad_hook(lambda _p, i=i: got.add(i))
+                for i, p in enumerate(trainable)
+            ]
             (part / denom).backward()
             del part
+            for hook in hooks:
+                hook.remove()
+            if reached is None and len(got) < len(trainable):
+                raise _Unreached(frozenset(got))
             figures["gradients"] = _category(_snapshot(tracker, device), *GRADS)
             _step(cfg, optimizer, trainable)
             steady = _snapshot(tracker, device)
