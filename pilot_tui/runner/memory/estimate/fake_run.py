@@ -343,7 +343,9 @@ def _run(source: ModelSource, cfg: FakeConfig, reached: frozenset[int] | None = 
             del part
             for hook in hooks:
                 hook.remove()
-            if reached is None and len(got) < len(trainable):
+            # None noted at all: hooks this torch does not run (on sharded parameters, say);
+            # every trainable parameter is then counted, the larger figure.
+            if reached is None and got and len(got) < len(trainable):
                 raise _Unreached(frozenset(got))
             figures["gradients"] = _category(_snapshot(tracker, device), *GRADS)
             _step(cfg, optimizer, trainable)
