@@ -75,8 +75,6 @@ def flat_entry(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Steps that may run while the estimate computes in a fork (phases/board_fork.py says why).
-BESIDE = DATA_CHECKS
 BACKGROUND_KEY = "estimate.background"
 
 
@@ -141,15 +139,14 @@ def estimate_beside_the_data_checks(ctx: RunContext, step: Step) -> None:
     waits: its core would compute it anyway, and the fake runs' imports and caches stay out of the
     runner, whose resident set the later rows measure."""
     found: Background | None = ctx.memo.get(BACKGROUND_KEY)
-    board_first = board_beside_data_checks(ctx)
-    if step.phase in BESIDE:
-        if found is None and not board_first and _may_fork(ctx):
+    if step.phase in DATA_CHECKS:
+        if found is None and _may_fork(ctx) and not board_beside_data_checks(ctx):
             found = ctx.memo[BACKGROUND_KEY] = _fork(ctx)
         if found is not None and found.call.running:
             found.beside.append(step.key)
         return
     if step.phase == "estimate":
-        if found is None and board_first and _may_fork(ctx):
+        if found is None and _may_fork(ctx) and board_beside_data_checks(ctx):
             ctx.memo[BACKGROUND_KEY] = _fork(ctx)
         return
     if found is None or not found.call.running:

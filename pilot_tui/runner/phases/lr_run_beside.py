@@ -119,11 +119,11 @@ def lr_runs_in_pairs(ctx: RunContext, step: Step) -> None:
             if twin.call.running and not _waited(ctx, step, twin):
                 del twins[key]
         return
-    running = [t for key, t in twins.items() if t.call.running and key != step.key]
-    for twin in running:
-        if step.key not in twin.beside:
+    running = {key: twin for key, twin in twins.items() if twin.call.running}
+    for key, twin in running.items():
+        if key != step.key and step.key not in twin.beside:
             twin.beside.append(step.key)
-    if step.key in twins or any(t.call.running for t in twins.values()) or not board_may_fork(ctx):
+    if step.key in twins or running or not board_may_fork(ctx):
         return
     following = next_run(ctx, step, twins)
     if following is not None:
